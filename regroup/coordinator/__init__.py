@@ -1,0 +1,1 @@
+"""regroup.coordinator (shell)."""

@@ -1,0 +1,1 @@
+"""regroup.log (shell)."""

@@ -1,0 +1,1 @@
+"""regroup.spark (shell)."""
