@@ -13,7 +13,7 @@ app.add_typer(bench_app, name="bench")
 @bench_app.command("assignors")
 def bench_assignors(
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
-    quick: bool = typer.Option(False, "--quick", help="A small slice of the grid (seconds, for smoke tests)."),
+    quick: bool = typer.Option(False, "--quick", help="A small slice of the grid (for smoke tests)."),
 ) -> None:
     """Time the uniform and range assignors on Kafka's benchmark grid (ms per assignment)."""
     from regroup.bench.assignors import run_assignor_bench

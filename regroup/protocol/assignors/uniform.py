@@ -1,0 +1,491 @@
+"""The uniform assignor: balance first, then stickiness (Kafka's default server-side assignor).
+
+Members are first grouped by their *effective* subscription (subscribed topics that exist in the
+metadata). Groups of members whose topic sets share no topic are independent sub-problems:
+
+* a sub-problem with one subscription (the common, homogeneous case) gets an exactly balanced
+  assignment (max − min ≤ 1) that keeps as much of every member's current shards as the balance
+  allows; a member that keeps exactly its current shards gets its ``current`` object back;
+* a sub-problem with overlapping, different subscriptions is solved like Kafka's heterogeneous
+  builder: keep what is still subscribed, hand each unassigned shard to the least-loaded eligible
+  member, then run bounded balancing passes that move shards from the most- to the least-loaded
+  eligible members.
+
+Determinism: nothing depends on set iteration order (which follows str hashing and so
+PYTHONHASHSEED) or on the insertion order of ``spec.members``. Wherever order decides who gets
+what, members are ordered by member id and shards by ``(topic, partition)``.
+
+Speed: the hot loops run per member or per moved shard, never per shard in Python; per-shard work
+(building sets, set algebra, slicing the cached shard tuples of `TopicMetadata`) runs in C.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Sequence
+from itertools import chain, compress, filterfalse, repeat
+from operator import attrgetter, is_
+from typing import NamedTuple
+
+from regroup.protocol.assignors.base import Assignment, GroupSpec, MemberSpec
+from regroup.protocol.shard import EMPTY, Shard, ShardSet
+from regroup.protocol.topics import TopicMetadata
+
+__all__ = ["SubscriptionClass", "UniformAssignor", "subscription_classes"]
+
+#: Kafka bounds its heterogeneous balancing the same way: each pass roughly halves the imbalance.
+MAX_BALANCING_PASSES = 16
+
+#: Certification memory (see `UniformAssignor`): how many (topics, partition counts) keys, least
+#: recently used dropped first, and how many results per key (the latest, and the one it was
+#: computed from, in case the same input is assigned again).
+_CERTIFIED_KEYS = 64
+_CERTIFIED_PER_KEY = 2
+
+_topics_of = attrgetter("topics")
+_current_of = attrgetter("current")
+
+
+class SubscriptionClass(NamedTuple):
+    """Members that subscribe to the same existing topics (``topics`` is never empty)."""
+
+    topics: frozenset[str]
+    member_ids: list[str]
+    members: list[MemberSpec]
+
+
+def subscription_classes(spec: GroupSpec) -> tuple[list[SubscriptionClass], list[str]]:
+    """Group the members of ``spec`` by effective subscription.
+
+    Returns the classes (in no particular order) and the ids of members whose effective
+    subscription is empty. Topics missing from the metadata are dropped from subscriptions.
+    """
+    ids = list(spec.members)
+    specs = list(spec.members.values())
+    topic_sets = list(map(_topics_of, specs))
+    known = spec.topics.partitions.keys()
+    # Hashing a frozenset is cached on the object and dict lookups try identity first, so a group
+    # whose members share one topics object is grouped in C time.
+    distinct = set(topic_sets)
+    effective: dict[frozenset[str], frozenset[str]] = {}
+    for ts in distinct:
+        effective[ts] = ts if ts <= known else frozenset(t for t in ts if t in known)
+
+    idle: list[str] = []
+    if len(distinct) == 1:
+        eff = effective[topic_sets[0]]
+        if not eff:
+            return [], ids
+        return [SubscriptionClass(eff, ids, specs)], idle
+
+    by_eff: dict[frozenset[str], SubscriptionClass] = {}
+    for mid, m, ts in zip(ids, specs, topic_sets, strict=True):
+        eff = effective[ts]
+        if not eff:
+            idle.append(mid)
+            continue
+        cls = by_eff.get(eff)
+        if cls is None:
+            cls = by_eff[eff] = SubscriptionClass(eff, [], [])
+        cls.member_ids.append(mid)
+        cls.members.append(m)
+    return list(by_eff.values()), idle
+
+
+def independent_components(classes: Sequence[SubscriptionClass]) -> list[list[SubscriptionClass]]:
+    """Partition ``classes`` into groups connected by shared topics (each solvable on its own)."""
+    if len(classes) <= 1:
+        return [list(classes)]
+    topic_sets = [c.topics for c in classes]
+    if sum(map(len, topic_sets)) == len(frozenset().union(*topic_sets)):
+        return [[c] for c in classes]  # pairwise disjoint: the usual "buckets" layout
+    parent = list(range(len(classes)))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    first_class: dict[str, int] = {}
+    for ci, ts in enumerate(topic_sets):
+        for t in ts:
+            other = first_class.setdefault(t, ci)
+            if other != ci:
+                a, b = find(other), find(ci)
+                if a != b:
+                    parent[max(a, b)] = min(a, b)
+    comps: dict[int, list[SubscriptionClass]] = {}
+    for ci, c in enumerate(classes):
+        comps.setdefault(find(ci), []).append(c)
+    return list(comps.values())
+
+
+#: (subscribed topics, their partition counts in topic order): what a remembered result covers.
+_CertKey = tuple[frozenset[str], tuple[int, ...]]
+
+
+class UniformAssignor:
+    """Balanced, sticky assignment (see the module docstring for the rules).
+
+    Homogeneous sub-problem, with ``q, extra = divmod(total, members)``:
+
+    1. Each member's *kept* shards are its current shards that still exist and are subscribed,
+       minus any shard already kept by a member with a smaller member id (duplicates in ``current``).
+    2. ``extra`` members get quota ``q + 1`` and the rest ``q``. The extra slots go first to
+       members that hold more than ``q`` (so they give up one shard less), ties by member id; any
+       slots left go to the other members by member id.
+    3. Members above quota give up their highest ``(topic, partition)`` shards; the pool of
+       unassigned plus given-up shards, in order, is dealt out to members below quota by member id.
+
+    So an unchanged input gives the identical output, and when a member joins a balanced group the
+    only shards that move are those that balance forces off the other members.
+
+    Certification: checking that the ``current`` sets are valid and disjoint costs time in
+    proportion to the whole assignment. The assignor remembers its last few homogeneous results;
+    when every non-empty ``current`` *is* (identity) the set it produced for that member in one of
+    them, under the same topics and partition counts, the check and the search for unassigned
+    shards are skipped, so a rebalance costs in proportion to the members and to what moves. The
+    memory never changes an output, only how fast it is computed.
+    """
+
+    name = "uniform"
+
+    def __init__(self) -> None:
+        # key -> recent results {member id: set}; each result's sets are pairwise disjoint and
+        # cover the key's shards exactly. Dict order is the LRU order of the keys.
+        self._certified: dict[_CertKey, list[dict[str, ShardSet]]] = {}
+
+    def assign(self, spec: GroupSpec) -> Assignment:
+        """Compute the target assignment of ``spec`` (an entry for every member)."""
+        out: Assignment = {}
+        classes, idle = subscription_classes(spec)
+        for mid in idle:
+            out[mid] = EMPTY
+        for component in independent_components(classes):
+            if len(component) == 1:
+                cls = component[0]
+                self._homogeneous(spec.topics, cls.topics, cls.member_ids,
+                                  list(map(_current_of, cls.members)), out)
+            elif component:
+                _heterogeneous(spec.topics, component, out)
+        return out
+
+    # -- homogeneous ------------------------------------------------------------------------------
+
+    def _homogeneous(self, metadata: TopicMetadata, topics: frozenset[str], mids: list[str],
+                     currents: list[ShardSet], out: Assignment) -> None:
+        sorted_topics = sorted(topics)
+        counts = tuple(map(metadata.partitions.__getitem__, sorted_topics))
+        total = sum(counts)
+        held = sum(map(len, currents))
+
+        pool: list[Shard]
+        kept: list[ShardSet]
+        if held == 0:
+            kept = currents
+            pool = list(chain.from_iterable(map(metadata.shards, sorted_topics)))
+        else:
+            found = self._certify((topics, counts), mids, currents, total - held)
+            if found is not None:
+                kept, pool = currents, found
+            else:
+                universe = list(chain.from_iterable(map(metadata.shards, sorted_topics)))
+                kept, pool = _kept_shards(mids, currents, universe, total)
+
+        result = _balance_homogeneous(mids, kept, pool, total)
+        # Members outside `result` keep exactly their kept set (often the very `current` object).
+        for mid, k in zip(mids, kept, strict=True):
+            out[mid] = result.get(mid, k)
+
+        self._remember((topics, counts), {mid: out[mid] for mid in mids})
+
+    def _certify(self, key: _CertKey, mids: list[str], currents: list[ShardSet],
+                 unassigned: int) -> list[Shard] | None:
+        """The unassigned shards, sorted, if a remembered result vouches for ``currents``.
+
+        It does when every non-empty current set *is* the set that result gave the same member:
+        then the current sets are valid and pairwise disjoint, and the shards of that result that
+        nobody uses any more are exactly the unassigned ones.
+        """
+        results = self._certified.get(key)
+        if not results:
+            return None
+        used = [mid for mid, cur in zip(mids, currents, strict=True) if cur]
+        for pos in range(len(results) - 1, -1, -1):
+            targets = results[pos]
+            if not all(map(is_, map(targets.get, used), compress(currents, currents))):
+                continue
+            results.append(results.pop(pos))  # most recently used last
+            if unassigned == 0:
+                return []
+            in_use = set(used)
+            freed = [s for mid, s in targets.items() if s and mid not in in_use]
+            return sorted(chain.from_iterable(freed))
+        return None
+
+    def _remember(self, key: _CertKey, targets: dict[str, ShardSet]) -> None:
+        results = self._certified.pop(key, None)
+        if results is None:
+            results = []
+        results.append(targets)
+        del results[:-_CERTIFIED_PER_KEY]
+        self._certified[key] = results
+        while len(self._certified) > _CERTIFIED_KEYS:
+            del self._certified[next(iter(self._certified))]
+
+
+def _kept_shards(mids: list[str], currents: list[ShardSet], universe: list[Shard],
+                 total: int) -> tuple[list[ShardSet], list[Shard]]:
+    """Validate ``currents`` against the topics' shards; returns (kept sets, unassigned sorted).
+
+    A shard claimed by several members stays with the smallest member id.
+    """
+    valid = frozenset(universe)
+    kept = list(currents)
+    taken: set[Shard] = set()
+    for i in sorted(range(len(mids)), key=mids.__getitem__):
+        cur = kept[i]
+        if not cur:
+            continue
+        k = cur if cur <= valid else cur & valid
+        if not taken.isdisjoint(k):
+            k = k - taken
+        taken.update(k)
+        kept[i] = k
+    if len(taken) == total:
+        return kept, []
+    return kept, list(filterfalse(taken.__contains__, universe))
+
+
+def _balance_homogeneous(mids: list[str], kept: list[ShardSet], pool: list[Shard],
+                         total: int) -> dict[str, ShardSet]:
+    """Quotas, revocations and hand-outs; returns only the members whose set changes."""
+    n = len(mids)
+    q, extra = divmod(total, n)
+    sizes = list(map(len, kept))
+    changed: dict[str, ShardSet] = {}
+
+    # Extra slots go to members above q first: each such slot saves one move.
+    over = list(compress(range(n), map(q.__lt__, sizes)))
+    if len(over) > extra:
+        over.sort(key=mids.__getitem__)
+        quotas = {i: q + 1 for i in over[:extra]}
+        quotas.update(zip(over[extra:], repeat(q)))
+        spare = 0
+    else:
+        quotas = dict(zip(over, repeat(q + 1)))
+        spare = extra - len(over)
+
+    revoked: list[Shard] = []
+    for i, quota in quotas.items():
+        size = sizes[i]
+        if size <= quota:
+            continue
+        cur = kept[i]
+        if size - quota == 1:
+            top = max(cur)
+            revoked.append(top)
+            changed[mids[i]] = cur.difference((top,))
+        else:
+            ordered = sorted(cur)
+            give = ordered[quota:]
+            revoked.extend(give)
+            changed[mids[i]] = frozenset(ordered[:quota]) if quota <= len(give) else cur.difference(give)
+    if revoked:
+        revoked.sort()
+        if pool:
+            pool = pool + revoked
+            pool.sort()  # two sorted runs: a linear merge
+        else:
+            pool = revoked
+    if not pool:
+        return changed
+
+    # Receivers by member id: everyone below q, plus (when slots are left) members at q.
+    if spare:
+        receivers = list(compress(range(n), map(q.__ge__, sizes)))
+    else:
+        receivers = list(compress(range(n), map(q.__gt__, sizes)))
+    receivers.sort(key=mids.__getitem__)
+
+    pos = 0
+    for rank, i in enumerate(receivers):
+        need = q - sizes[i] + (rank < spare)
+        if need <= 0:
+            continue
+        end = pos + need
+        cur = kept[i]
+        changed[mids[i]] = cur.union(pool[pos:end]) if cur else frozenset(pool[pos:end])
+        pos = end
+    assert pos == len(pool), "quotas must absorb the pool exactly"
+    return changed
+
+
+# -- heterogeneous --------------------------------------------------------------------------------
+
+
+class _Group(NamedTuple):
+    """Topics with the same set of subscriber classes: interchangeable for balancing."""
+
+    topics: list[str]
+    size: int
+    subscribers: list[int]  # member indices, ascending
+
+
+def _heterogeneous(metadata: TopicMetadata, component: list[SubscriptionClass],
+                   out: Assignment) -> None:
+    """Overlapping subscriptions: sticky keep, least-loaded fill, bounded balancing passes."""
+    component = sorted(component, key=lambda c: sorted(c.topics))
+    entries = sorted(
+        ((mid, ci, m.current) for ci, c in enumerate(component)
+         for mid, m in zip(c.member_ids, c.members, strict=True)),
+        key=lambda e: e[0],
+    )
+    mids = [e[0] for e in entries]
+    member_class = [e[1] for e in entries]
+    n = len(mids)
+
+    # Group topics by which classes subscribe to them.
+    classes_of_topic: dict[str, list[int]] = {}
+    for ci, c in enumerate(component):
+        for t in c.topics:
+            classes_of_topic.setdefault(t, []).append(ci)
+    topics_by_key: dict[tuple[int, ...], list[str]] = {}
+    for t in sorted(classes_of_topic):
+        topics_by_key.setdefault(tuple(classes_of_topic[t]), []).append(t)
+    groups: list[_Group] = []
+    group_of_topic: dict[str, int] = {}
+    for key, ts in topics_by_key.items():
+        key_set = set(key)
+        subs = [i for i in range(n) if member_class[i] in key_set]
+        for t in ts:
+            group_of_topic[t] = len(groups)
+        groups.append(_Group(ts, sum(metadata.partitions[t] for t in ts), subs))
+    # Kafka's topic order: most shards per subscriber first, then fewer subscribers, then name.
+    order = sorted(range(len(groups)), key=lambda g: (-groups[g].size / len(groups[g].subscribers),
+                                                      len(groups[g].subscribers), groups[g].topics[0]))
+
+    # 1. Keep what is still valid and subscribed; the smallest member id wins a duplicate.
+    valid_by_class: dict[int, frozenset[Shard]] = {}
+    taken: set[Shard] = set()
+    held: list[dict[int, list[Shard]]] = [{} for _ in range(n)]
+    load = [0] * n
+    kept_whole = [False] * n  # True when the member's held shards are exactly its current set
+    for i, (_, ci, cur) in enumerate(entries):
+        if not cur:
+            kept_whole[i] = True
+            continue
+        valid = valid_by_class.get(ci)
+        if valid is None:
+            valid = valid_by_class[ci] = frozenset(
+                chain.from_iterable(map(metadata.shards, component[ci].topics)))
+        k = cur if cur <= valid else cur & valid
+        if not taken.isdisjoint(k):
+            k = k - taken
+        taken.update(k)
+        kept_whole[i] = k is cur
+        mine = held[i]
+        for s in sorted(k):
+            g = group_of_topic[s.topic]
+            lst = mine.get(g)
+            if lst is None:
+                lst = mine[g] = []
+            lst.append(s)
+        load[i] = len(k)
+    touched = [not w for w in kept_whole]
+
+    # 2. Deal each group's unassigned shards to its least-loaded subscribers (water filling).
+    for g in order:
+        grp = groups[g]
+        shards = chain.from_iterable(map(metadata.shards, grp.topics))
+        pool = list(filterfalse(taken.__contains__, shards)) if taken else list(shards)
+        if pool:
+            _water_fill(grp.subscribers, load, pool, g, held, touched)
+
+    # 3. Bounded balancing passes over the groups until a whole pass moves nothing.
+    for _ in range(MAX_BALANCING_PASSES):
+        moved = 0
+        for g in order:
+            if len(groups[g].subscribers) > 1:
+                moved += _balance_group(groups[g].subscribers, load, g, held, touched)
+        if not moved:
+            break
+
+    for i, mid in enumerate(mids):
+        if not touched[i]:
+            out[mid] = entries[i][2]
+        else:
+            out[mid] = frozenset(chain.from_iterable(held[i].values())) if load[i] else EMPTY
+
+
+def _water_fill(subscribers: list[int], load: list[int], pool: list[Shard], g: int,
+                held: list[dict[int, list[Shard]]], touched: list[bool]) -> None:
+    """Give ``pool`` to the least-loaded ``subscribers``, raising the lowest level first."""
+    ranked = sorted(subscribers, key=load.__getitem__)  # stable: ties stay by member index
+    k = len(ranked)
+    remaining = len(pool)
+    level = load[ranked[0]]
+    width = 0  # ranked[:width] all sit at `level` once filled
+    while True:
+        while width < k and load[ranked[width]] <= level:
+            width += 1
+        if width < k and width * (load[ranked[width]] - level) <= remaining:
+            remaining -= width * (load[ranked[width]] - level)
+            level = load[ranked[width]]
+            continue
+        step, remaining = divmod(remaining, width)
+        level += step
+        break
+    pos = 0
+    for rank, i in enumerate(ranked[:width]):
+        need = level - load[i] + (rank < remaining)
+        if need <= 0:
+            continue
+        _give(held, i, g, pool[pos:pos + need])
+        load[i] += need
+        touched[i] = True
+        pos += need
+
+
+def _give(held: list[dict[int, list[Shard]]], i: int, g: int, shards: Iterable[Shard]) -> None:
+    lst = held[i].get(g)
+    if lst is None:
+        held[i][g] = list(shards)
+    else:
+        lst.extend(shards)
+
+
+def _balance_group(subscribers: list[int], load: list[int], g: int,
+                   held: list[dict[int, list[Shard]]], touched: list[bool]) -> int:
+    """Move shards of group ``g`` from its most- to its least-loaded subscribers; returns moves."""
+    donors = [(-load[i], i) for i in subscribers if held[i].get(g)]
+    if not donors:
+        return 0
+    takers = [(load[i], i) for i in subscribers]
+    heapq.heapify(donors)
+    heapq.heapify(takers)
+    moves = 0
+    while donors and takers:
+        neg, d = donors[0]
+        if -neg != load[d] or not held[d].get(g):
+            heapq.heappop(donors)  # stale entry
+            continue
+        low, r = takers[0]
+        if low != load[r]:
+            heapq.heappop(takers)
+            continue
+        if load[d] - low <= 1:
+            break
+        shard = held[d][g].pop()
+        _give(held, r, g, (shard,))
+        load[d] -= 1
+        load[r] += 1
+        touched[d] = touched[r] = True
+        moves += 1
+        heapq.heapreplace(donors, (-load[d], d))
+        heapq.heapreplace(takers, (load[r], r))
+        if held[r][g]:
+            heapq.heappush(donors, (-load[r], r))
+        heapq.heappush(takers, (load[d], d))
+    return moves

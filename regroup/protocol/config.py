@@ -1,0 +1,36 @@
+"""Coordinator settings that the protocol core enforces. All times are milliseconds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorConfig:
+    #: A member that does not heartbeat for this long is fenced (Kafka's default: 45 s).
+    session_timeout_ms: int = 45_000
+    #: How often members heartbeat; returned in every response (Kafka's default: 5 s).
+    heartbeat_interval_ms: int = 5_000
+    #: Members per group; a join beyond it gets GROUP_MAX_SIZE_REACHED.
+    max_group_size: int = 100_000
+    #: Upper bound on a member's revocation (rebalance) timeout; larger requests are clamped.
+    max_rebalance_timeout_ms: int = 30 * 60_000
+    #: Limits on what a request may carry (a bad client cannot make the coordinator hoard memory).
+    max_id_length: int = 255
+    max_topic_name_length: int = 249
+    max_subscribed_topics: int = 10_000
+    max_regex_length: int = 1_000
+    max_offset_metadata_length: int = 4_096
+    max_owned_shards: int = 1_000_000
+
+    def __post_init__(self) -> None:
+        if self.heartbeat_interval_ms <= 0:
+            raise ValueError(f"heartbeat_interval_ms must be positive, got {self.heartbeat_interval_ms}")
+        if self.session_timeout_ms <= self.heartbeat_interval_ms:
+            raise ValueError(
+                f"session_timeout_ms ({self.session_timeout_ms}) must be larger than "
+                f"heartbeat_interval_ms ({self.heartbeat_interval_ms}), or every member would be fenced")
+        if self.max_group_size < 1:
+            raise ValueError(f"max_group_size must be at least 1, got {self.max_group_size}")
+        if self.max_rebalance_timeout_ms <= 0:
+            raise ValueError("max_rebalance_timeout_ms must be positive")

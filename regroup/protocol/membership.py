@@ -1,0 +1,116 @@
+"""Who may heartbeat as whom: epoch fencing, static identities, and the member's metadata.
+
+Pure checks that raise `ProtocolError` before the coordinator changes anything.
+"""
+
+from __future__ import annotations
+
+from regroup.protocol.assignors.base import AssignorRegistry
+from regroup.protocol.config import CoordinatorConfig
+from regroup.protocol.errors import ErrorCode, ProtocolError
+from regroup.protocol.messages import STATIC_LEAVE_EPOCH, HeartbeatRequest
+from regroup.protocol.records import CurrentAssignment, MemberMetadata
+from regroup.protocol.state import Group
+from regroup.protocol.subscriptions import compile_regex
+
+
+def check_epoch(group: Group, req: HeartbeatRequest, current: CurrentAssignment) -> None:
+    """FENCED_MEMBER_EPOCH unless the epoch is current, or is the previous one after a lost response.
+
+    A member whose last response was lost resends its previous epoch. That is safe to accept when
+    everything it reports owning is still assigned to it: it cannot be holding a shard that moved on.
+    """
+    epoch = req.member_epoch
+    if epoch == current.epoch:
+        return
+    if epoch > current.epoch:
+        why = (f"epoch {epoch} is newer than the coordinator's {current.epoch}" if current.epoch >= 0
+               else "the member left the group temporarily and must rejoin with epoch 0")
+    elif epoch == current.previous_epoch and req.owned is not None and req.owned <= current.assigned:
+        return
+    else:
+        why = f"epoch {epoch} is older than the member's current epoch {current.epoch}"
+    raise ProtocolError(
+        ErrorCode.FENCED_MEMBER_EPOCH,
+        f"member {req.member_id!r} of group {group.group_id!r} is fenced: {why}; release all "
+        "partitions without committing and rejoin with epoch 0")
+
+
+def check_instance(group: Group, req: HeartbeatRequest, meta: MemberMetadata | None,
+                   joining: bool = False) -> None:
+    """A static member's instance id must still be bound to this member id.
+
+    On a join, a different holder is `static_predecessor`'s business (take over, or refuse).
+    """
+    if req.instance_id is None:
+        return
+    holder = None if joining else group.static_members.get(req.instance_id)
+    if meta is not None and meta.instance_id != req.instance_id:
+        raise ProtocolError(
+            ErrorCode.FENCED_INSTANCE_ID,
+            f"member {req.member_id!r} is registered with instance id {meta.instance_id!r}, not "
+            f"{req.instance_id!r}; an instance id cannot change, join with a new member id")
+    if holder is not None and holder != req.member_id:
+        raise ProtocolError(
+            ErrorCode.FENCED_INSTANCE_ID,
+            f"instance id {req.instance_id!r} of group {group.group_id!r} now belongs to member "
+            f"{holder!r}: another process with the same instance id replaced this one; stop it, or give "
+            "each process its own instance id")
+
+
+def static_predecessor(group: Group, req: HeartbeatRequest) -> str | None:
+    """On a static join: the member id this join takes over (a holder away with -2), or None.
+
+    UNRELEASED_INSTANCE_ID when a live member still holds the instance id.
+    """
+    if req.instance_id is None:
+        return None
+    holder = group.static_members.get(req.instance_id)
+    if holder is None or holder == req.member_id:
+        return None
+    if group.current[holder].epoch != STATIC_LEAVE_EPOCH:
+        raise ProtocolError(
+            ErrorCode.UNRELEASED_INSTANCE_ID,
+            f"instance id {req.instance_id!r} of group {group.group_id!r} is still held by live member "
+            f"{holder!r}; it is released when that member leaves with epoch -2 or its session times "
+            "out — retry later, and make sure only one process uses this instance id")
+    return holder
+
+
+def merged_metadata(
+    base: MemberMetadata | None, req: HeartbeatRequest, cfg: CoordinatorConfig, registry: AssignorRegistry,
+) -> MemberMetadata:
+    """The member's metadata after this request (None fields keep the previous value)."""
+    topics = frozenset(req.subscribed_topics) if req.subscribed_topics is not None else (
+        base.subscribed_topics if base else frozenset())
+    if req.subscribed_regex is None:
+        regex = base.subscribed_regex if base else None
+    else:
+        regex = req.subscribed_regex or None
+    if regex is not None:
+        compile_regex(regex)
+    timeout = req.rebalance_timeout_ms if req.rebalance_timeout_ms is not None else (
+        base.rebalance_timeout_ms if base else cfg.max_rebalance_timeout_ms)
+    client_assignors = req.client_assignors if req.client_assignors is not None else (
+        base.client_assignors if base else ())
+    assignor = req.assignor if req.assignor is not None else (base.assignor if base else None)
+    if assignor is not None and assignor not in registry and assignor not in client_assignors:
+        registry.get(assignor)  # raises UNSUPPORTED_ASSIGNOR with the list of choices
+    meta = MemberMetadata(
+        instance_id=req.instance_id if req.instance_id is not None else (base.instance_id if base else None),
+        rack_id=req.rack_id if req.rack_id is not None else (base.rack_id if base else None),
+        rebalance_timeout_ms=min(timeout, cfg.max_rebalance_timeout_ms),
+        subscribed_topics=topics,
+        subscribed_regex=regex,
+        assignor=assignor,
+        client_assignors=tuple(client_assignors),
+    )
+    return base if meta == base and base is not None else meta
+
+
+def subscription_changed(old: MemberMetadata, new: MemberMetadata) -> bool:
+    """Changes that can change the target assignment, and so bump the group epoch."""
+    return (old.subscribed_topics != new.subscribed_topics
+            or old.subscribed_regex != new.subscribed_regex
+            or old.assignor != new.assignor
+            or old.rack_id != new.rack_id)

@@ -1,0 +1,112 @@
+"""Checks on a request's shape, before any state is looked at.
+
+Each failure is INVALID_REQUEST with a message naming the field and the rule, so whoever wrote the
+client can fix it without reading coordinator logs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from regroup.protocol.config import CoordinatorConfig
+from regroup.protocol.errors import ErrorCode, ProtocolError
+from regroup.protocol.messages import (
+    JOIN_EPOCH,
+    STATIC_LEAVE_EPOCH,
+    HeartbeatRequest,
+    OffsetCommitRequest,
+)
+from regroup.protocol.shard import Shard
+
+
+def invalid(message: str) -> ProtocolError:
+    return ProtocolError(ErrorCode.INVALID_REQUEST, message)
+
+
+def check_id(field: str, value: object, cfg: CoordinatorConfig, *, allow_empty: bool = False) -> None:
+    if not isinstance(value, str):
+        raise invalid(f"{field} must be a string, got {type(value).__name__}")
+    if not value and not allow_empty:
+        raise invalid(f"{field} must not be empty")
+    if len(value) > cfg.max_id_length:
+        raise invalid(f"{field} is {len(value)} characters long; the limit is {cfg.max_id_length}")
+
+
+def check_shards(field: str, shards: Iterable[object], cfg: CoordinatorConfig, limit: int) -> None:
+    n = 0
+    for s in shards:
+        n += 1
+        if not isinstance(s, Shard) or not isinstance(s.topic, str) or not isinstance(s.partition, int):
+            raise invalid(f"{field} must hold Shard(topic, partition) values, got {s!r}")
+        if not s.topic or len(s.topic) > cfg.max_topic_name_length:
+            raise invalid(f"{field} has a shard with an invalid topic name {s.topic!r}")
+        if s.partition < 0:
+            raise invalid(f"{field} has a negative partition: {s}")
+    if n > limit:
+        raise invalid(f"{field} lists {n} shards; the limit is {limit}")
+
+
+def validate_heartbeat(req: HeartbeatRequest, cfg: CoordinatorConfig) -> None:
+    check_id("group_id", req.group_id, cfg)
+    check_id("member_id", req.member_id, cfg)
+    if not isinstance(req.member_epoch, int) or req.member_epoch < STATIC_LEAVE_EPOCH:
+        raise invalid(f"member_epoch must be -2, -1, 0 or a positive epoch, got {req.member_epoch!r}")
+    if req.instance_id is not None:
+        check_id("instance_id", req.instance_id, cfg)
+    if req.rack_id is not None:
+        check_id("rack_id", req.rack_id, cfg, allow_empty=True)
+    if req.rebalance_timeout_ms is not None and (
+        not isinstance(req.rebalance_timeout_ms, int) or req.rebalance_timeout_ms <= 0
+    ):
+        raise invalid(f"rebalance_timeout_ms must be a positive integer, got {req.rebalance_timeout_ms!r}")
+    if req.subscribed_topics is not None:
+        if len(req.subscribed_topics) > cfg.max_subscribed_topics:
+            raise invalid(f"subscribed_topics lists {len(req.subscribed_topics)} topics; the limit is "
+                          f"{cfg.max_subscribed_topics} (use a regex subscription instead)")
+        for t in req.subscribed_topics:
+            if not isinstance(t, str) or not t or len(t) > cfg.max_topic_name_length:
+                raise invalid(f"subscribed_topics has an invalid topic name {t!r}")
+    if req.subscribed_regex is not None:
+        if not isinstance(req.subscribed_regex, str):
+            raise invalid("subscribed_regex must be a string")
+        if len(req.subscribed_regex) > cfg.max_regex_length:
+            raise invalid(f"subscribed_regex is {len(req.subscribed_regex)} characters long; the limit "
+                          f"is {cfg.max_regex_length}")
+    if req.assignor is not None:
+        check_id("assignor", req.assignor, cfg)
+    if req.client_assignors is not None:
+        for name in req.client_assignors:
+            check_id("client_assignors entry", name, cfg)
+    if req.owned is not None:
+        check_shards("owned", req.owned, cfg, cfg.max_owned_shards)
+    if req.member_epoch == JOIN_EPOCH:
+        if req.owned is None or req.owned:
+            raise invalid("a join (member_epoch 0) must report owned as an empty set: a joining member "
+                          "owns nothing yet")
+    if req.member_epoch == STATIC_LEAVE_EPOCH and req.instance_id is None:
+        raise invalid("member_epoch -2 (temporary leave) is only for static members: set instance_id, "
+                      "or leave with -1")
+
+
+def validate_new_member(req: HeartbeatRequest) -> None:
+    """What a member the group does not know yet must say about itself."""
+    if req.rebalance_timeout_ms is None:
+        raise invalid("a join (member_epoch 0) must carry rebalance_timeout_ms")
+    if req.subscribed_topics is None and not req.subscribed_regex:
+        raise invalid("a join (member_epoch 0) must carry subscribed_topics or subscribed_regex")
+
+
+def validate_commit(req: OffsetCommitRequest, cfg: CoordinatorConfig) -> None:
+    check_id("group_id", req.group_id, cfg)
+    check_id("member_id", req.member_id, cfg, allow_empty=True)
+    if not isinstance(req.member_epoch, int):
+        raise invalid("member_epoch must be an integer")
+    if not req.offsets:
+        raise invalid("an offset commit must carry at least one offset")
+    check_shards("offsets", req.offsets.keys(), cfg, cfg.max_owned_shards)
+    for shard, offset in req.offsets.items():
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise invalid(f"offset for {shard} must be a non-negative integer, got {offset!r}")
+    if len(req.metadata) > cfg.max_offset_metadata_length:
+        raise invalid(f"offset metadata is {len(req.metadata)} characters; the limit is "
+                      f"{cfg.max_offset_metadata_length}")
