@@ -32,6 +32,16 @@ def bench_heartbeat(
     run_heartbeat_bench(members=members, json_output=json_output)
 
 
+@app.command("walkthrough")
+def walkthrough(
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of text."),
+) -> None:
+    """Narrate the protocol core on a small group: scale out, static restart, crash, topic growth."""
+    from regroup.sim.walkthrough import run_walkthrough
+
+    run_walkthrough(json_output=json_output)
+
+
 def main() -> None:
     app()
 

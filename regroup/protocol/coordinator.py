@@ -277,7 +277,8 @@ class Coordinator:
         delegate = self._pending_delegate(group)
         return ch.outcome(HeartbeatResponse(
             ErrorCode.NONE, "", mid, nxt.epoch, self.config.heartbeat_interval_ms,
-            nxt.assigned if send else None, should_compute_assignment=delegate == mid))
+            nxt.assigned if send else None, should_compute_assignment=delegate == mid,
+            session_timeout_ms=self.config.session_timeout_ms))
 
     def _take_over(self, ch: _Changes, group: Group, old: str, new: str, meta: MemberMetadata) -> None:
         """A static member rejoins under a new member id: it inherits everything, nothing moves."""

@@ -28,12 +28,6 @@ class ErrorCode(Enum):
     INVALID_ASSIGNMENT = "INVALID_ASSIGNMENT"
     NOT_ASSIGNMENT_DELEGATE = "NOT_ASSIGNMENT_DELEGATE"
 
-    @property
-    def retriable(self) -> bool:
-        """Errors a member handles by itself (rejoin or retry) rather than surfacing to the user."""
-        return self in (ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID,
-                        ErrorCode.STALE_MEMBER_EPOCH)
-
 
 class ProtocolError(Exception):
     """A request the core refused: ``code`` says which rule, ``message`` says what to fix."""

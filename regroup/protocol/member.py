@@ -22,16 +22,19 @@ Driver loop::
 
 States::
 
-    UNSUBSCRIBED --update_subscription--> JOINING <------------------------------+
-                                             |                                   |
-                              join answered  |      fenced, unknown member, group gone,
-                                             v      session expired: Lost(held), epoch 0
-            +-- new target --> RECONCILING --+                                   |
-            |     (Revoke or Assign outstanding, one at a time)                  |
-            |                        | driver acknowledged                       |
-            |                        v                                           |
-          STABLE <--answered-- ACKNOWLEDGING   (owned changed: heartbeat now)    |
-            (any of JOINING / RECONCILING / ACKNOWLEDGING / STABLE) ------------+
+    UNSUBSCRIBED --update_subscription--> JOINING <------------------------------------+
+                                             |                                         |
+                                             | join answered                           |
+                                             v                                         |
+                 +-- new target -------> RECONCILING   (one Revoke or Assign out)      |
+                 |                        |        |                                   |
+                 |         nothing to do  |        | driver acknowledged               |
+                 |                        v        v                                   |
+               STABLE <-----------------------  ACKNOWLEDGING  (owned changed: send now)
+                      coordinator confirmed owned                                      |
+                                                                                       |
+    JOINING / RECONCILING / ACKNOWLEDGING / STABLE -- fenced, unknown member, group ---+
+        gone, session expired: Lost(held), epoch 0, owned empty (UNSUBSCRIBED if no subscription)
 
     in the group --leave()--> PREPARE_LEAVING --all revoked--> LEAVING --answer or failure--> LEFT
     any state --fatal error--> FATAL            any state --close()--> LEFT
@@ -344,6 +347,13 @@ class MemberStateMachine:
         at = self.next_heartbeat_at()
         return at is not None and now_ms >= at
 
+    def nudge(self, now_ms: int) -> None:
+        """The coordinator says there is work for us (a revocation, or released shards we wait
+        for): make the next heartbeat due now instead of at the end of the interval. Ignored while
+        a request is in flight (its answer carries the news) or when no request would be sent."""
+        if self._state not in _SILENT and self._inflight is None and self._next_at > now_ms:
+            self._next_at = now_ms
+
     def session_deadline(self) -> int | None:
         """When `tick` will declare the membership lost if no request succeeds until then."""
         if self._state in _SILENT or self._last_ok_sent_at is None:
@@ -526,6 +536,8 @@ class MemberStateMachine:
         self._epoch = resp.member_epoch
         if resp.heartbeat_interval_ms > 0:
             self._interval_ms = resp.heartbeat_interval_ms
+        if resp.session_timeout_ms > 0:  # the server decides; the constructor's value is a guess
+            self._session_timeout_ms = resp.session_timeout_ms
         # Merge what this request set into what the coordinator already had (None = unchanged).
         # `_acked` cannot have changed since the request was built: only this answer touches it.
         prev = self._acked or _Sent(None, None, None)

@@ -48,6 +48,8 @@ class HeartbeatResponse:
     assignment: ShardSet | None = None
     #: Delegated assignment: this member should fetch the group spec and compute the target.
     should_compute_assignment: bool = False
+    #: The server-decided session timeout: silent this long, the member is fenced (0 = not said).
+    session_timeout_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
