@@ -379,7 +379,7 @@ class Coordinator:
 
     def _compute(self, ch: _Changes, group: Group, name: str) -> tuple[str, Assignment]:
         assignor = self.assignors.get(name)
-        spec = build_spec(group, self.topics)
+        spec = build_spec(group)
         if isinstance(assignor, _TRUSTED_ASSIGNORS):
             return name, assignor.assign(spec)
         try:
@@ -420,7 +420,7 @@ class Coordinator:
                 ErrorCode.NOT_ASSIGNMENT_DELEGATE,
                 f"member {member_id!r} is not asked to compute the assignment of group {group_id!r} "
                 f"right now (group epoch {group.epoch}, target epoch {group.target_epoch})")
-        return DelegatedSpec(group.epoch, name, build_spec(group, self.topics))
+        return DelegatedSpec(group.epoch, name, build_spec(group))
 
     def install_assignment(
         self, group_id: str, member_id: str, member_epoch: int, group_epoch: int,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
+from functools import lru_cache
 
 from regroup.protocol.assignors.base import Assignment, AssignorRegistry, GroupSpec, MemberSpec
 from regroup.protocol.records import MemberMetadata, Record, TargetEpochRecord, TargetMemberRecord
@@ -48,19 +49,32 @@ def delegate_for(group: Group, assignor: str) -> str | None:
     return min(able) if able else None
 
 
-def build_spec(group: Group, topics: TopicMetadata) -> GroupSpec:
+@lru_cache(maxsize=256)
+def _metadata(items: tuple[tuple[str, int], ...]) -> TopicMetadata:
+    # One TopicMetadata (with its prebuilt shards) per distinct set of topics: rebuilding it for
+    # every assignment would allocate every shard again, which dominates large assignments.
+    return TopicMetadata(dict(items))
+
+
+def build_spec(group: Group) -> GroupSpec:
     """The assignor's input: each member's resolved subscription and its current target."""
-    group_topics = TopicMetadata(group.subscribed_topics)
-    members = {
-        mid: MemberSpec(
+    group_topics = _metadata(tuple(group.subscribed_topics.items()))
+    # Members with the same subscription share one frozenset: assignors group members by it.
+    resolved: dict[tuple[frozenset[str], str | None], frozenset[str]] = {}
+    members = {}
+    for mid, meta in group.members.items():
+        key = (meta.subscribed_topics, meta.subscribed_regex)
+        subscribed = resolved.get(key)
+        if subscribed is None:
+            subscribed = resolved[key] = frozenset(
+                t for t in effective_topics(meta, group.regexes) if t in group_topics)
+        members[mid] = MemberSpec(
             member_id=mid,
-            topics=frozenset(t for t in effective_topics(meta, group.regexes) if t in group_topics),
+            topics=subscribed,
             current=group.target.get(mid, EMPTY),
             instance_id=meta.instance_id,
             rack=meta.rack_id,
         )
-        for mid, meta in group.members.items()
-    }
     return GroupSpec(members=members, topics=group_topics)
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import chain
+from operator import attrgetter
 
 from regroup.protocol.assignors.base import Assignment, GroupSpec
 from regroup.protocol.assignors.uniform import SubscriptionClass, subscription_classes
 from regroup.protocol.shard import EMPTY, Shard
+from regroup.protocol.topics import TopicMetadata
 
 __all__ = ["RangeAssignor"]
 
@@ -37,83 +39,104 @@ class RangeAssignor:
         """Compute the range assignment of ``spec`` (an entry for every member)."""
         out: Assignment = {}
         classes, idle = subscription_classes(spec)
-        for mid in idle:
-            out[mid] = EMPTY
+        out.update(dict.fromkeys(idle, EMPTY))
         if not classes:
             return out
         metadata = spec.topics
-
         order = _member_order(classes)
+
         # Topics with the same subscriber classes and partition count share one range layout.
-        class_of: dict[str, int] = {}
         topic_classes: dict[str, list[int]] = {}
         for ci, cls in enumerate(classes):
-            class_of.update(dict.fromkeys(cls.member_ids, ci))
             for t in cls.topics:
                 topic_classes.setdefault(t, []).append(ci)
         layouts: dict[tuple[tuple[int, ...], int], list[str]] = {}
         for t in sorted(topic_classes):
             layouts.setdefault((tuple(sorted(topic_classes[t])), metadata.partitions[t]), []).append(t)
 
-        # pieces[mid]: runs of shards; a run is one topic's range, or one partition of every topic
-        # of a co-partitioned layout.
-        pieces: dict[str, list[Sequence[Shard]]] = {}
-        sizes: dict[str, int] = {}
-        subscribers_of: dict[tuple[int, ...], list[str]] = {}
+        class_of: dict[str, int] = {}
+        # runs[mid]: the member's ranges, each one slice of a layout's shards.
+        runs: dict[str, list[Sequence[Shard]]] = {}
         for (subscribing, count), topics in layouts.items():
-            subscribers = subscribers_of.get(subscribing)
-            if subscribers is None:
-                if len(subscribing) == len(classes):
-                    subscribers = order
-                else:
-                    wanted = set(subscribing)
-                    subscribers = [mid for mid in order if class_of[mid] in wanted]
-                subscribers_of[subscribing] = subscribers
-            single = metadata.shards(topics[0])
-            # rows[p] holds partition p of every topic of the layout (built in C by zip).
-            rows = list(zip(*map(metadata.shards, topics), strict=True)) if len(topics) > 1 else []
-            width = len(topics)
-            k = len(subscribers)
-            quota, extra = divmod(count, k)
-            start = 0
-            for j, mid in enumerate(subscribers[:min(k, count)]):
-                end = start + quota + (j < extra)
-                got = pieces.get(mid)
+            if len(subscribing) == len(classes):
+                subscribers = order
+            else:
+                if not class_of:
+                    for ci, cls in enumerate(classes):
+                        class_of.update(dict.fromkeys(cls.member_ids, ci))
+                wanted = set(subscribing)
+                subscribers = [mid for mid in order if class_of[mid] in wanted]
+            ranges = _ranges(metadata, topics, count, len(subscribers))
+            if len(layouts) == 1:
+                self._finish(spec, dict(zip(subscribers, ranges, strict=False)), out)
+                out.update(dict.fromkeys(order[count:], EMPTY))  # more members than partitions
+                return out
+            for mid, shards in zip(subscribers, ranges, strict=False):
+                got = runs.get(mid)
                 if got is None:
-                    got = pieces[mid] = []
-                    sizes[mid] = 0
-                if rows:
-                    got.extend(rows[start:end])
+                    runs[mid] = [shards]
                 else:
-                    got.append(single[start:end])
-                sizes[mid] += (end - start) * width
-                start = end
+                    got.append(shards)
 
-        members = spec.members
+        merged: dict[str, Sequence[Shard]] = {}
         for mid in order:
-            got = pieces.get(mid)
+            got = runs.get(mid)
             if got is None:
                 out[mid] = EMPTY
-                continue
-            cur = members[mid].current
-            shards = chain.from_iterable(got)
-            if len(cur) == sizes[mid] and cur.issuperset(shards):
-                out[mid] = cur  # same ranges as before: hand back the very same object
             else:
-                out[mid] = frozenset(chain.from_iterable(got))
+                merged[mid] = got[0] if len(got) == 1 else list(chain.from_iterable(got))
+        self._finish(spec, merged, out)
         return out
+
+    @staticmethod
+    def _finish(spec: GroupSpec, assigned: dict[str, Sequence[Shard]], out: Assignment) -> None:
+        """Freeze each member's shards, handing back its ``current`` object when they are equal."""
+        members = spec.members
+        currents = list(map(_current_of, map(members.__getitem__, assigned)))
+        if not any(currents):  # nothing to compare with: build every set in C
+            out.update(zip(assigned, map(frozenset, assigned.values()), strict=True))
+            return
+        for (mid, shards), cur in zip(assigned.items(), currents, strict=True):
+            # End points first: a moved boundary usually shows there, before hashing everything.
+            if (len(cur) == len(shards) and shards[0] in cur and shards[-1] in cur
+                    and cur.issuperset(shards)):
+                out[mid] = cur
+            else:
+                out[mid] = frozenset(shards)
+
+
+_current_of = attrgetter("current")
+_instance_of = attrgetter("instance_id")
+
+
+def _ranges(metadata: TopicMetadata, topics: list[str], count: int,
+            members: int) -> Iterator[Sequence[Shard]]:
+    """The ranges of a layout in member order: the first ``count % members`` one partition longer.
+
+    A layout of several topics is laid out partition-major (partition 0 of every topic, then
+    partition 1, ...), so a range of partitions is one slice covering the same partitions of every
+    topic: co-partitioning for free. Yields ``min(count, members)`` non-empty slices.
+    """
+    if len(topics) == 1:
+        flat: Sequence[Shard] = metadata.shards(topics[0])
+    else:
+        flat = list(chain.from_iterable(zip(*map(metadata.shards, topics), strict=True)))
+    width = len(topics)
+    quota, extra = divmod(count, members)
+    long_run, short_run = (quota + 1) * width, quota * width
+    cut = extra * long_run
+    starts = chain(range(0, cut, long_run), range(cut, len(flat), short_run) if quota else ())
+    ends = chain(range(long_run, cut + 1, long_run),
+                 range(cut + short_run, len(flat) + 1, short_run) if quota else ())
+    return map(flat.__getitem__, map(slice, starts, ends))
 
 
 def _member_order(classes: list[SubscriptionClass]) -> list[str]:
     """Static members by (instance id, member id), then dynamic members by member id."""
-    static: list[tuple[str, str]] = []
-    dynamic: list[str] = []
-    for cls in classes:
-        for mid, m in zip(cls.member_ids, cls.members, strict=True):
-            if m.instance_id is None:
-                dynamic.append(mid)
-            else:
-                static.append((m.instance_id, mid))
-    static.sort()
-    dynamic.sort()
+    ids = list(chain.from_iterable(c.member_ids for c in classes))
+    instances = list(map(_instance_of, chain.from_iterable(c.members for c in classes)))
+    if instances.count(None) == len(instances):
+        return sorted(ids)
+    static = sorted((inst, mid) for mid, inst in zip(ids, instances, strict=True) if inst is not None)
+    dynamic = sorted(mid for mid, inst in zip(ids, instances, strict=True) if inst is None)
     return [mid for _, mid in static] + dynamic

@@ -22,8 +22,9 @@ Speed: the hot loops run per member or per moved shard, never per shard in Pytho
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
-from itertools import chain, compress, filterfalse, repeat
+from itertools import chain, compress, filterfalse
 from operator import attrgetter, is_
 from typing import NamedTuple
 
@@ -36,12 +37,15 @@ __all__ = ["SubscriptionClass", "UniformAssignor", "subscription_classes"]
 #: Kafka bounds its heterogeneous balancing the same way: each pass roughly halves the imbalance.
 MAX_BALANCING_PASSES = 16
 
-#: Certification memory (see `UniformAssignor`): how many (topics, partition counts) keys, least
-#: recently used dropped first, and how many results per key (the latest, and the one it was
-#: computed from, in case the same input is assigned again).
+#: Certification memory (see `UniformAssignor`), least recently used key dropped first: at most
+#: this many (topics, partition counts) keys, this many results per key (the latest, and the one it
+#: was computed from, in case the same input is assigned again), and about this many shard slots
+#: in all (~50 bytes each; mostly shared with the targets the coordinator holds anyway).
 _CERTIFIED_KEYS = 64
 _CERTIFIED_PER_KEY = 2
+_CERTIFIED_SHARDS = 2_000_000
 
+_topic_of = attrgetter("topic")
 _topics_of = attrgetter("topics")
 _current_of = attrgetter("current")
 
@@ -59,6 +63,10 @@ def subscription_classes(spec: GroupSpec) -> tuple[list[SubscriptionClass], list
 
     Returns the classes (in no particular order) and the ids of members whose effective
     subscription is empty. Topics missing from the metadata are dropped from subscriptions.
+
+    Cost: members that share one ``topics`` object are grouped in C time, but equal subscriptions
+    held in distinct objects cost O(topics) per member to hash and compare, so callers with large
+    subscriptions should intern them (pass one frozenset object per distinct subscription).
     """
     ids = list(spec.members)
     specs = list(spec.members.values())
@@ -133,8 +141,8 @@ class UniformAssignor:
     1. Each member's *kept* shards are its current shards that still exist and are subscribed,
        minus any shard already kept by a member with a smaller member id (duplicates in ``current``).
     2. ``extra`` members get quota ``q + 1`` and the rest ``q``. The extra slots go first to
-       members that hold more than ``q`` (so they give up one shard less), ties by member id; any
-       slots left go to the other members by member id.
+       members that hold more than ``q`` (each such slot saves a move), by member id; slots left
+       over go to members below ``q`` (they change anyway), then to members at ``q``, by member id.
     3. Members above quota give up their highest ``(topic, partition)`` shards; the pool of
        unassigned plus given-up shards, in order, is dealt out to members below quota by member id.
 
@@ -146,7 +154,8 @@ class UniformAssignor:
     when every non-empty ``current`` *is* (identity) the set it produced for that member in one of
     them, under the same topics and partition counts, the check and the search for unassigned
     shards are skipped, so a rebalance costs in proportion to the members and to what moves. The
-    memory never changes an output, only how fast it is computed.
+    memory never changes an output, only how fast it is computed. It is bounded (see
+    ``_CERTIFIED_*``) and, like the rest of the protocol core, not meant for concurrent threads.
     """
 
     name = "uniform"
@@ -155,6 +164,7 @@ class UniformAssignor:
         # key -> recent results {member id: set}; each result's sets are pairwise disjoint and
         # cover the key's shards exactly. Dict order is the LRU order of the keys.
         self._certified: dict[_CertKey, list[dict[str, ShardSet]]] = {}
+        self._certified_shards = 0  # sum over remembered results of the shards they cover
 
     def assign(self, spec: GroupSpec) -> Assignment:
         """Compute the target assignment of ``spec`` (an entry for every member)."""
@@ -180,11 +190,10 @@ class UniformAssignor:
         total = sum(counts)
         held = sum(map(len, currents))
 
-        pool: list[Shard]
-        kept: list[ShardSet]
+        final: dict[str, ShardSet]
         if held == 0:
-            kept = currents
             pool = list(chain.from_iterable(map(metadata.shards, sorted_topics)))
+            final = _deal_fresh(mids, pool)
         else:
             found = self._certify((topics, counts), mids, currents, total - held)
             if found is not None:
@@ -192,13 +201,11 @@ class UniformAssignor:
             else:
                 universe = list(chain.from_iterable(map(metadata.shards, sorted_topics)))
                 kept, pool = _kept_shards(mids, currents, universe, total)
-
-        result = _balance_homogeneous(mids, kept, pool, total)
-        # Members outside `result` keep exactly their kept set (often the very `current` object).
-        for mid, k in zip(mids, kept, strict=True):
-            out[mid] = result.get(mid, k)
-
-        self._remember((topics, counts), {mid: out[mid] for mid in mids})
+            # Members absent from the changes keep exactly their kept set (often `current` itself).
+            final = dict(zip(mids, kept, strict=True))
+            final.update(_rebalance(mids, kept, pool, total))
+        out.update(final)
+        self._remember((topics, counts), final)
 
     def _certify(self, key: _CertKey, mids: list[str], currents: list[ShardSet],
                  unassigned: int) -> list[Shard] | None:
@@ -211,7 +218,7 @@ class UniformAssignor:
         results = self._certified.get(key)
         if not results:
             return None
-        used = [mid for mid, cur in zip(mids, currents, strict=True) if cur]
+        used = list(compress(mids, currents))
         for pos in range(len(results) - 1, -1, -1):
             targets = results[pos]
             if not all(map(is_, map(targets.get, used), compress(currents, currents))):
@@ -225,14 +232,20 @@ class UniformAssignor:
         return None
 
     def _remember(self, key: _CertKey, targets: dict[str, ShardSet]) -> None:
+        per_result = sum(key[1])
         results = self._certified.pop(key, None)
         if results is None:
             results = []
         results.append(targets)
-        del results[:-_CERTIFIED_PER_KEY]
+        self._certified_shards += per_result
+        if len(results) > _CERTIFIED_PER_KEY:
+            self._certified_shards -= per_result * (len(results) - _CERTIFIED_PER_KEY)
+            del results[:-_CERTIFIED_PER_KEY]
         self._certified[key] = results
-        while len(self._certified) > _CERTIFIED_KEYS:
-            del self._certified[next(iter(self._certified))]
+        while len(self._certified) > 1 and (len(self._certified) > _CERTIFIED_KEYS
+                                            or self._certified_shards > _CERTIFIED_SHARDS):
+            oldest = next(iter(self._certified))
+            self._certified_shards -= sum(oldest[1]) * len(self._certified.pop(oldest))
 
 
 def _kept_shards(mids: list[str], currents: list[ShardSet], universe: list[Shard],
@@ -241,6 +254,14 @@ def _kept_shards(mids: list[str], currents: list[ShardSet], universe: list[Shard
 
     A shard claimed by several members stays with the smallest member id.
     """
+    held = set[Shard]().union(*currents)  # merges reuse the stored hashes: no rehashing
+    if len(held) == sum(map(len, currents)):
+        # Disjoint. If every held shard is among the topics' shards, keep all of it as is.
+        if len(held) == total and held.issuperset(universe):  # the loop stays in C
+            return currents, []
+        missing = list(filterfalse(held.__contains__, universe))
+        if len(held) + len(missing) == total:
+            return currents, missing
     valid = frozenset(universe)
     kept = list(currents)
     taken: set[Shard] = set()
@@ -258,40 +279,74 @@ def _kept_shards(mids: list[str], currents: list[ShardSet], universe: list[Shard
     return kept, list(filterfalse(taken.__contains__, universe))
 
 
-def _balance_homogeneous(mids: list[str], kept: list[ShardSet], pool: list[Shard],
-                         total: int) -> dict[str, ShardSet]:
+def _deal_fresh(mids: list[str], pool: list[Shard]) -> dict[str, ShardSet]:
+    """Nobody holds anything: consecutive runs of ``pool`` by member id, the first ones longer."""
+    order = sorted(mids)
+    q, extra = divmod(len(pool), len(order))
+    cut = extra * (q + 1)
+    starts = chain(range(0, cut, q + 1), range(cut, len(pool), q) if q else ())
+    ends = chain(range(q + 1, cut + 1, q + 1), range(cut + q, len(pool) + 1, q) if q else ())
+    # All in C: slices of the pool, one frozenset each.
+    runs = map(frozenset, map(pool.__getitem__, map(slice, starts, ends)))
+    final = dict(zip(order, runs, strict=False))  # shorter than `order` when q == 0
+    if len(final) < len(order):
+        final.update(dict.fromkeys(order[len(final):], EMPTY))
+    return final
+
+
+def _where(sizes: list[int], value: int, count: int) -> list[int]:
+    """Indices of ``value`` in ``sizes`` (``count`` of them), scanning in C when they are few."""
+    if count * 8 > len(sizes):
+        return [i for i, s in enumerate(sizes) if s == value]
+    found: list[int] = []
+    i = -1
+    for _ in range(count):
+        i = sizes.index(value, i + 1)  # a C scan (small ints even compare by identity)
+        found.append(i)
+    return found
+
+
+def _rebalance(mids: list[str], kept: list[ShardSet], pool: list[Shard],
+               total: int) -> dict[str, ShardSet]:
     """Quotas, revocations and hand-outs; returns only the members whose set changes."""
     n = len(mids)
     q, extra = divmod(total, n)
     sizes = list(map(len, kept))
-    changed: dict[str, ShardSet] = {}
+    values = set(sizes)
+    over: list[int] = []
+    under: list[int] = []
+    if len(values) <= 8:
+        # Few distinct sizes (the usual case: q, q + 1 and a joiner's 0): counting and scanning in
+        # C beats a Python pass over every member.
+        for v in sorted(values):
+            if v != q:
+                (over if v > q else under).extend(_where(sizes, v, sizes.count(v)))
+    else:
+        over = [i for i, s in enumerate(sizes) if s > q]
+        under = [i for i, s in enumerate(sizes) if s < q]
 
-    # Extra slots go to members above q first: each such slot saves one move.
-    over = list(compress(range(n), map(q.__lt__, sizes)))
+    # The extra slots go to members above q first: each such slot saves one move.
     if len(over) > extra:
         over.sort(key=mids.__getitem__)
-        quotas = {i: q + 1 for i in over[:extra]}
-        quotas.update(zip(over[extra:], repeat(q)))
         spare = 0
     else:
-        quotas = dict(zip(over, repeat(q + 1)))
         spare = extra - len(over)
-
+    changed: dict[str, ShardSet] = {}
     revoked: list[Shard] = []
-    for i, quota in quotas.items():
-        size = sizes[i]
-        if size <= quota:
-            continue
+    for rank, i in enumerate(over):
+        quota = q + 1 if rank < extra else q
         cur = kept[i]
-        if size - quota == 1:
+        give = sizes[i] - quota
+        if give <= 0:
+            continue
+        if give == 1:
             top = max(cur)
             revoked.append(top)
             changed[mids[i]] = cur.difference((top,))
         else:
             ordered = sorted(cur)
-            give = ordered[quota:]
-            revoked.extend(give)
-            changed[mids[i]] = frozenset(ordered[:quota]) if quota <= len(give) else cur.difference(give)
+            revoked.extend(ordered[quota:])
+            changed[mids[i]] = frozenset(ordered[:quota])
     if revoked:
         revoked.sort()
         if pool:
@@ -302,18 +357,15 @@ def _balance_homogeneous(mids: list[str], kept: list[ShardSet], pool: list[Shard
     if not pool:
         return changed
 
-    # Receivers by member id: everyone below q, plus (when slots are left) members at q.
-    if spare:
-        receivers = list(compress(range(n), map(q.__ge__, sizes)))
-    else:
-        receivers = list(compress(range(n), map(q.__gt__, sizes)))
-    receivers.sort(key=mids.__getitem__)
-
+    # Receivers by member id: everyone below q. Spare extra slots go to them first (they change
+    # anyway), then to members at exactly q.
+    under.sort(key=mids.__getitem__)
+    receivers = [(i, q - sizes[i] + (rank < spare)) for rank, i in enumerate(under)]
+    if spare > len(under):
+        level = sorted(_where(sizes, q, sizes.count(q)), key=mids.__getitem__)
+        receivers.extend((i, 1) for i in level[:spare - len(under)])
     pos = 0
-    for rank, i in enumerate(receivers):
-        need = q - sizes[i] + (rank < spare)
-        if need <= 0:
-            continue
+    for i, need in receivers:
         end = pos + need
         cur = kept[i]
         changed[mids[i]] = cur.union(pool[pos:end]) if cur else frozenset(pool[pos:end])
@@ -386,12 +438,17 @@ def _heterogeneous(metadata: TopicMetadata, component: list[SubscriptionClass],
         taken.update(k)
         kept_whole[i] = k is cur
         mine = held[i]
-        for s in sorted(k):
-            g = group_of_topic[s.topic]
-            lst = mine.get(g)
+        ordered = sorted(k)
+        start = 0
+        while start < len(ordered):  # one step per topic run, found by bisection in C
+            topic = ordered[start].topic
+            end = bisect_right(ordered, topic, lo=start, key=_topic_of)
+            lst = mine.get(group_of_topic[topic])
             if lst is None:
-                lst = mine[g] = []
-            lst.append(s)
+                mine[group_of_topic[topic]] = ordered[start:end]
+            else:
+                lst.extend(ordered[start:end])
+            start = end
         load[i] = len(k)
     touched = [not w for w in kept_whole]
 

@@ -1,0 +1,293 @@
+"""`regroup bench assignors`: the uniform and range assignors on Kafka's JMH benchmark grid.
+
+The grid and the inputs follow Kafka's ``ServerSideAssignorBenchmark`` (jmh-benchmarks, package
+``org.apache.kafka.jmh.assignor``): ``members × partitions-per-member`` partitions spread evenly
+over the topics (``partitionsPerTopic = members * ppm // topics``); heterogeneous groups split
+members and topics into 5 buckets, each bucket's members subscribing to that bucket's topics;
+*full* assigns a group with no current assignment; *incremental* adds one member (subscribed
+like the last existing one) to a group whose ``current`` is the assignor's own balanced result
+for the others. Kafka's grid also has 500 members and a rack-aware axis, which regroup's
+assignors do not use; cells with fewer partitions than topics are skipped.
+
+Only ``assign()`` is timed: inputs are built outside the clock (the topic metadata with its shards
+built, as a coordinator keeps it between rebalances; subscriptions shared per bucket, as an
+interning coordinator passes them), every run gets a fresh assignor (for *incremental*, one that
+computed just the previous round), the garbage collector is off during the call (as in timeit)
+and the output is freed after the clock stops. Figures are the best of 3-9 runs.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+
+from rich.console import Console
+from rich.table import Table
+
+from regroup.protocol.assignors import (
+    Assignor,
+    GroupSpec,
+    MemberSpec,
+    RangeAssignor,
+    UniformAssignor,
+)
+from regroup.protocol.shard import EMPTY
+from regroup.protocol.topics import TopicMetadata
+
+MEMBERS = (100, 1000, 5000, 10000)
+PARTITIONS_PER_MEMBER = (5, 10, 50)
+TOPICS = (10, 100, 1000)
+QUICK_MEMBERS = (100, 1000)
+QUICK_PARTITIONS_PER_MEMBER = (5, 10)
+QUICK_TOPICS = (10, 100)
+SUBSCRIPTIONS = ("homogeneous", "heterogeneous")
+ASSIGNORS = ("uniform", "range")
+MODES = ("full", "incremental")
+BUCKETS = 5  # Kafka's MAX_BUCKET_COUNT for heterogeneous subscriptions
+
+#: Published JMH figures (ms per assignment), uniform / homogeneous / full, keyed by
+#: (members, partitions per member, topics).
+JAVA_MS: dict[tuple[int, int, int], float] = {
+    (5000, 10, 1000): 1.714,
+    (5000, 50, 1000): 7.491,
+    (10000, 10, 1000): 4.309,
+}
+
+#: Time to spend per cell, building inputs included (full grid, quick slice), and the bounds on
+#: the number of timed runs.
+_CELL_BUDGET_S = 0.25
+_QUICK_CELL_BUDGET_S = 0.02
+_MIN_RUNS = 3
+_MAX_RUNS = 9
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One measured cell of the grid (times in ms per assignment)."""
+
+    assignor: str
+    subscription: str
+    mode: str
+    members: int
+    partitions_per_member: int
+    topics: int
+    partitions: int
+    runs: int
+    best_ms: float
+    median_ms: float
+
+
+def _subscriptions(count: int, topics: list[str], heterogeneous: bool) -> list[frozenset[str]]:
+    """Subscriptions of members 0..count-1, as Kafka's AssignorBenchmarkUtils builds them.
+
+    Members of one bucket share one frozenset object, as a coordinator that interns
+    subscriptions would pass them.
+    """
+    if not heterogeneous:
+        return [frozenset(topics)] * count
+    buckets = min(BUCKETS, count)
+    topics_per_bucket = math.ceil(len(topics) / buckets)
+    members_per_bucket = math.ceil(count / buckets)
+    subs: list[frozenset[str]] = []
+    for b in range(buckets):
+        bucket_topics = frozenset(topics[b * topics_per_bucket:(b + 1) * topics_per_bucket])
+        size = min((b + 1) * members_per_bucket, count) - b * members_per_bucket
+        subs.extend([bucket_topics] * max(size, 0))
+    return subs
+
+
+def cell_metadata(members: int, ppm: int, topic_count: int) -> TopicMetadata | None:
+    """The cell's topics with their shards already built (None below one partition per topic).
+
+    A coordinator keeps its topic metadata between rebalances, so the shards (built once per
+    metadata value and shared) are not part of an assignment's cost.
+    """
+    per_topic = members * ppm // topic_count
+    if per_topic < 1:
+        return None
+    metadata = TopicMetadata({f"topic-{i}": per_topic for i in range(topic_count)})
+    for t in metadata:
+        metadata.shards(t)
+    return metadata
+
+
+def build_spec(assignor: Assignor, metadata: TopicMetadata, members: int, heterogeneous: bool,
+               incremental: bool) -> GroupSpec:
+    """The input of one grid cell; *incremental* runs ``assignor`` for the group before the join."""
+    names = list(metadata)
+    existing = members - 1 if incremental else members
+    subs = _subscriptions(existing, names, heterogeneous)
+    specs = {f"member{i}": MemberSpec(f"member{i}", subs[i]) for i in range(existing)}
+    if not incremental:
+        return GroupSpec(specs, metadata)
+    before = assignor.assign(GroupSpec(specs, metadata))
+    specs = {mid: MemberSpec(mid, m.topics, before[mid]) for mid, m in specs.items()}
+    joiner_topics = subs[existing - 1] if heterogeneous else frozenset(names)
+    specs["newMember"] = MemberSpec("newMember", joiner_topics, EMPTY)
+    return GroupSpec(specs, metadata)
+
+
+def _time_once(assignor: Assignor, spec: GroupSpec) -> float:
+    gc.collect()
+    gc.disable()  # as timeit does: a collection triggered by earlier garbage is not assign()'s cost
+    try:
+        start = time.perf_counter()
+        result = assignor.assign(spec)
+        elapsed = time.perf_counter() - start
+        del result  # freeing the output is not part of computing it
+        return elapsed
+    finally:
+        gc.enable()
+
+
+def measure(name: str, members: int, ppm: int, topic_count: int, heterogeneous: bool,
+            incremental: bool, budget_s: float = _CELL_BUDGET_S) -> tuple[int, int, float, float] | None:
+    """(partitions, runs, best ms, median ms) of one cell; None when the cell is empty.
+
+    Every run gets a fresh assignor and input built outside the timing, so each run sees what a
+    coordinator would: for *incremental*, an assignor that computed the previous round (the
+    uniform assignor remembers it, see `UniformAssignor`) and nothing else.
+    """
+    metadata = cell_metadata(members, ppm, topic_count)
+    if metadata is None:
+        return None
+    partitions = sum(metadata.values())
+    times: list[float] = []
+    runs = _MIN_RUNS
+    while len(times) < runs:
+        built = time.perf_counter()
+        assignor: Assignor = UniformAssignor() if name == "uniform" else RangeAssignor()
+        spec = build_spec(assignor, metadata, members, heterogeneous, incremental)
+        times.append(_time_once(assignor, spec))
+        if len(times) == 1:  # size the number of runs on the cost of the first one
+            cost = time.perf_counter() - built
+            runs = max(_MIN_RUNS, min(_MAX_RUNS, int(budget_s / max(cost, 1e-6)) + 1))
+        del assignor, spec
+    return partitions, len(times), min(times) * 1e3, statistics.median(times) * 1e3
+
+
+def calibrate() -> float:
+    """ns per iteration of a trivial pure-Python loop: how fast this machine runs Python.
+
+    For scale: a recent desktop CPU with CPython 3.11 takes a few tens of ns.
+    """
+    best = math.inf
+    for _ in range(3):
+        start = time.perf_counter()
+        x = 0
+        for i in range(1_000_000):
+            x += i
+        best = min(best, time.perf_counter() - start)
+    return best * 1e3
+
+
+def _grid(quick: bool) -> Iterator[tuple[int, int, int]]:
+    members = QUICK_MEMBERS if quick else MEMBERS
+    ppms = QUICK_PARTITIONS_PER_MEMBER if quick else PARTITIONS_PER_MEMBER
+    topic_counts = QUICK_TOPICS if quick else TOPICS
+    for m in members:
+        for p in ppms:
+            for t in topic_counts:
+                yield m, p, t
+
+
+def run_grid(quick: bool, progress: Console | None = None) -> list[Cell]:
+    """Measure every cell of the grid (or of the quick slice)."""
+    cells: list[Cell] = []
+    for members, ppm, topics in _grid(quick):
+        for name in ASSIGNORS:
+            for subscription in SUBSCRIPTIONS:
+                for mode in MODES:
+                    got = measure(name, members, ppm, topics, subscription == "heterogeneous",
+                                  mode == "incremental",
+                                  _QUICK_CELL_BUDGET_S if quick else _CELL_BUDGET_S)
+                    if got is None:
+                        continue
+                    partitions, runs, best, median = got
+                    cells.append(Cell(name, subscription, mode, members, ppm, topics,
+                                      partitions, runs, best, median))
+                    if progress is not None:
+                        progress.print(f"{name} {subscription} {mode} {members}x{ppm}x{topics}: "
+                                       f"{best:.3f} ms", highlight=False)
+    return cells
+
+
+def _java_rows(cells: list[Cell]) -> list[dict[str, float | int]]:
+    rows: list[dict[str, float | int]] = []
+    for (members, ppm, topics), java in JAVA_MS.items():
+        for c in cells:
+            if (c.assignor, c.subscription, c.mode) == ("uniform", "homogeneous", "full") and \
+                    (c.members, c.partitions_per_member, c.topics) == (members, ppm, topics):
+                rows.append({"members": members, "partitions_per_member": ppm, "topics": topics,
+                             "python_ms": round(c.best_ms, 3), "java_ms": java,
+                             "ratio": round(c.best_ms / java, 2)})
+    return rows
+
+
+def run_assignor_bench(json_output: bool, quick: bool) -> None:
+    """Run the grid and print a table (or one JSON object with ``--json``)."""
+    console = Console()
+    if console.width < 140:  # the table needs the room; rich assumes 80 columns when piped
+        console = Console(width=140)
+    loop_ns = calibrate()
+    started = time.perf_counter()
+    cells = run_grid(quick, progress=None if json_output else Console(stderr=True))
+    elapsed = time.perf_counter() - started
+    java = _java_rows(cells)
+    if json_output:
+        print(json.dumps({
+            "unit": "ms per assignment (best of runs; median also given)",
+            "python": sys.version.split()[0],
+            "machine": platform.machine(),
+            "quick": quick,
+            "elapsed_s": round(elapsed, 1),
+            "python_loop_ns_per_iteration": round(loop_ns, 1),
+            "cells": [asdict(c) | {"best_ms": round(c.best_ms, 3), "median_ms": round(c.median_ms, 3)}
+                      for c in cells],
+            "java_comparison": java,
+        }))
+        return
+
+    by_key = {(c.members, c.partitions_per_member, c.topics, c.assignor, c.subscription, c.mode): c
+              for c in cells}
+    columns = [(a, s, m) for a in ASSIGNORS for s in SUBSCRIPTIONS for m in MODES]
+    table = Table(title="Assignors on Kafka's JMH grid: ms per assignment (best of runs)")
+    for head in ("members", "ppm", "topics", "partitions"):
+        table.add_column(head, justify="right")
+    for a, s, m in columns:
+        table.add_column(f"{a}\n{'homog.' if s == 'homogeneous' else 'heter.'}\n{m}", justify="right")
+    for members, ppm, topics in _grid(quick):
+        row = [by_key.get((members, ppm, topics, a, s, m)) for a, s, m in columns]
+        if all(c is None for c in row):
+            continue
+        partitions = next(c.partitions for c in row if c is not None)
+        texts = []
+        for (a, s, m), c in zip(columns, row, strict=True):
+            if c is None:
+                texts.append("n/a")
+                continue
+            text = f"{c.best_ms:.3f}"
+            java_ms = JAVA_MS.get((members, ppm, topics))
+            if java_ms is not None and (a, s, m) == ("uniform", "homogeneous", "full"):
+                text = f"[bold]{text}[/bold]\nJava {java_ms}\n×{c.best_ms / java_ms:.1f}"
+            texts.append(text)
+        table.add_row(str(members), str(ppm), str(topics), str(partitions), *texts)
+    console.print(table)
+    if java:
+        cmp = Table(title="uniform / homogeneous / full against Kafka's published JMH figures")
+        for head in ("members", "ppm", "topics", "regroup ms", "Java ms", "ratio"):
+            cmp.add_column(head, justify="right")
+        for r in java:
+            cmp.add_row(str(r["members"]), str(r["partitions_per_member"]), str(r["topics"]),
+                        f"{r['python_ms']:.3f}", f"{r['java_ms']:.3f}", f"×{r['ratio']:.1f}")
+        console.print(cmp)
+    console.print(f"{len(cells)} cells in {elapsed:.0f} s; Python {sys.version.split()[0]}, "
+                  f"{loop_ns:.0f} ns per pure-Python loop iteration on this machine; "
+                  "n/a: fewer partitions than topics.", highlight=False)
