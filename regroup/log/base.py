@@ -7,9 +7,13 @@ end offsets; producers append batches. Backends: `embedded` (a local directory, 
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +28,12 @@ class LogRecord:
 
 @dataclass(frozen=True, slots=True)
 class ConsumedRecord:
+    """One record as read back, with where it lives: topic, partition and offset.
+
+    Header values are ``bytes``: Kafka allows a null header value, which the Kafka backend reads as
+    ``b""`` so that both backends return the same type.
+    """
+
     topic: str
     partition: int
     offset: int
@@ -31,6 +41,40 @@ class ConsumedRecord:
     value: bytes | None
     timestamp_ms: int
     headers: tuple[tuple[str, bytes], ...] = ()
+
+
+def make_consumed_records(
+    topic: str,
+    partition: int,
+    offsets: Sequence[int],
+    keys: Sequence[bytes | None],
+    values: Sequence[bytes | None],
+    timestamps_ms: Sequence[int],
+    headers: Sequence[tuple[tuple[str, bytes], ...]],
+) -> list[ConsumedRecord]:
+    """Build many :class:`ConsumedRecord` objects from columns, about twice as fast as calling the class.
+
+    A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__`` by name, which
+    dominates the cost of reading small records. Here each column is stored with its slot descriptor
+    in one C-level ``map`` over fresh objects, which is safe because nobody else holds them yet.
+    """
+    n = len(offsets)
+    columns = (
+        ("topic", [topic] * n),
+        ("partition", [partition] * n),
+        ("offset", offsets),
+        ("key", keys),
+        ("value", values),
+        ("timestamp_ms", timestamps_ms),
+        ("headers", headers),
+    )
+    for name, column in columns:
+        if len(column) != n:
+            raise ValueError(f"make_consumed_records: {len(column)} {name}s for {n} offsets")
+    objs = list(map(ConsumedRecord.__new__, [ConsumedRecord] * n))
+    for name, column in columns:
+        deque(map(getattr(ConsumedRecord, name).__set__, objs, column), maxlen=0)
+    return objs
 
 
 class TopicSource(Protocol):
@@ -50,6 +94,14 @@ class PartitionedLog(TopicSource, Protocol):
 
     def read(self, topic: str, partition: int, start: int, max_records: int) -> list[ConsumedRecord]:
         """Records from offset ``start`` on (at most ``max_records``); empty at the end."""
+        ...
+
+    def read_arrow(self, topic: str, partition: int, start: int, max_records: int) -> pa.RecordBatch:
+        """The same records as :meth:`read`, as one batch with ``regroup.log.arrow.ARROW_SCHEMA``.
+
+        This is the PySpark source's path: the embedded log builds it from its columnar frames without
+        creating a Python object per record.
+        """
         ...
 
     def end_offsets(self, topic: str) -> dict[int, int]:

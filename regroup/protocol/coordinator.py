@@ -84,7 +84,8 @@ from regroup.protocol.timers import DueTimer, MemberKey, TimerKind, Timers
 from regroup.protocol.topics import TopicMetadata
 from regroup.protocol.validation import validate_commit, validate_heartbeat, validate_new_member
 
-R = TypeVar("R")
+R = TypeVar("R", covariant=True)
+T = TypeVar("T")
 
 _TRUSTED_ASSIGNORS = (UniformAssignor, RangeAssignor)
 
@@ -125,7 +126,7 @@ class _Changes:
         apply(self.groups, record)
         self.records.append(record)
 
-    def outcome(self, response: R) -> Outcome[R]:
+    def outcome(self, response: T) -> Outcome[T]:
         return Outcome(response, tuple(self.records), frozenset(self.wake), tuple(self.fenced),
                        tuple(self.notes))
 
