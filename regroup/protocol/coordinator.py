@@ -167,7 +167,7 @@ class Coordinator:
             for mid in sorted(group.members):
                 coord._touch(gid, mid, now)
                 cur = group.current.get(mid)
-                if cur is not None and cur.status is MemberStatus.UNREVOKED:
+                if cur is not None and cur.status is MemberStatus.UNREVOKED and cur.epoch != STATIC_LEAVE_EPOCH:
                     coord.timers.arm(TimerKind.REVOCATION, gid, mid,
                                      now + group.members[mid].rebalance_timeout_ms, cur.epoch)
             if group.epoch > group.target_epoch and group.members:
@@ -263,7 +263,13 @@ class Coordinator:
 
         cur = group.current[mid]
         owners = group.owners
-        nxt = reconcile(cur, group.target_epoch, group.target.get(mid, EMPTY), req.owned,
+        owned = req.owned
+        if joining and meta is not None and cur.epoch > 0:
+            # A join from a member we know at a real epoch: a retry after a lost join response, a
+            # rejoin after the member gave up on us, or a stale duplicate. Its "owns nothing" cannot
+            # be trusted to release anything: treat ownership as unreported until its next heartbeat.
+            owned = None
+        nxt = reconcile(cur, group.target_epoch, group.target.get(mid, EMPTY), owned,
                         lambda s: owners.get(s, mid) != mid)
         if nxt is not cur:
             ch.emit(CurrentAssignmentRecord(gid, mid, nxt))
@@ -478,8 +484,9 @@ class Coordinator:
                         now: int) -> None:
         gid = group.group_id
         if nxt.status is MemberStatus.UNREVOKED:
-            if cur.status is not MemberStatus.UNREVOKED or not self.timers.is_armed(
-                    TimerKind.REVOCATION, gid, mid):
+            # A fresh deadline for every new revocation, also one that follows another at once.
+            if cur.status is not MemberStatus.UNREVOKED or nxt.pending_revocation != cur.pending_revocation \
+                    or not self.timers.is_armed(TimerKind.REVOCATION, gid, mid):
                 self.timers.arm(TimerKind.REVOCATION, gid, mid,
                                 now + group.members[mid].rebalance_timeout_ms, nxt.epoch)
         elif cur.status is MemberStatus.UNREVOKED:

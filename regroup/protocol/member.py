@@ -393,7 +393,7 @@ class MemberStateMachine:
         elif self._state is MemberState.JOINING:
             req = self._full_request(JOIN_EPOCH, EMPTY)
         elif self._acked is None:
-            req = self._full_request(self._epoch, self._owned)
+            req = self._full_request(self._epoch, self._held())
         else:
             req = self._delta_request(self._acked)
         self._inflight = _InFlight(req, now_ms)
@@ -484,6 +484,13 @@ class MemberStateMachine:
     # -----------------------------------------------------------------------------------------------
     # Internals
 
+    def _held(self) -> ShardSet:
+        """What we report as owned: acknowledged shards plus those of an Assign in progress (the
+        driver may already be reading them, so the coordinator must not think them free)."""
+        if isinstance(self._pending, Assign):
+            return self._owned | self._pending.shards
+        return self._owned
+
     def _subscribed(self) -> bool:
         return bool(self._topics) or bool(self._regex)
 
@@ -509,15 +516,15 @@ class MemberStateMachine:
             member_epoch=self._epoch,
             subscribed_topics=None if acked.topics == self._topics else self._topics,
             subscribed_regex=None if acked.regex == self._regex else self._regex,
-            owned=None if acked.owned == self._owned else self._owned,
+            owned=None if acked.owned == self._held() else self._held(),
         )
 
     def _delta_outstanding(self) -> bool:
         """Something the coordinator has not confirmed yet: the next heartbeat should go now."""
         acked = self._acked
         if acked is None:
-            return self._owned != self._reported
-        return (acked.topics, acked.regex, acked.owned) != (self._topics, self._regex, self._owned)
+            return self._held() != self._reported
+        return (acked.topics, acked.regex, acked.owned) != (self._topics, self._regex, self._held())
 
     def _take_inflight(self, caller: str) -> _InFlight:
         flight = self._inflight
@@ -612,7 +619,7 @@ class MemberStateMachine:
     def _settle(self) -> None:
         if self._pending is not None:
             self._state = MemberState.RECONCILING
-        elif self._owned != self._reported:
+        elif self._held() != self._reported:
             self._state = MemberState.ACKNOWLEDGING
         else:
             self._state = MemberState.STABLE

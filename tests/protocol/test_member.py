@@ -119,15 +119,16 @@ def test_join_response_assigns_then_acknowledges_immediately() -> None:
     assert m.on_response(ok(3, S(A0, A1), interval=2000), 100) == [Assign(S(A0, A1))]
     assert m.state is MemberState.RECONCILING and m.epoch == 3 and m.owned == EMPTY
     assert m.target == S(A0, A1) and m.pending == Assign(S(A0, A1))
-    # Not due yet: the assignment is still being taken.
-    assert not m.heartbeat_due(100) and m.next_heartbeat_at() == 2100
-    assert m.assignment_done(S(A0, A1), 150) == []
-    assert m.state is MemberState.ACKNOWLEDGING and m.owned == S(A0, A1)
-    assert m.heartbeat_due(150)
-    req = send(m, 150)
+    # Due at once: from now on the shards being taken are reported as held.
+    assert m.heartbeat_due(100)
+    req = send(m, 100)
     assert req == HeartbeatRequest(G, M, 3, owned=S(A0, A1))  # a delta: only owned changed
-    assert m.on_response(ok(3), 200) == []
-    assert m.state is MemberState.STABLE and m.next_heartbeat_at() == 3200  # the new interval: 3000
+    assert m.on_response(ok(3), 120) == []
+    assert m.assignment_done(S(A0, A1), 150) == []
+    # Stable at once: the coordinator already counts them held, so there is nothing left to confirm.
+    assert m.state is MemberState.STABLE and m.owned == S(A0, A1)
+    req = send(m, 150)
+    assert req.owned is None  # a delta with nothing changed
 
 
 def test_join_response_without_assignment_means_nothing_yet() -> None:
@@ -183,14 +184,12 @@ def test_revoke_first_then_assign_after_acknowledgement() -> None:
     assert m.revocation_done(S(A0), 3100) == [Assign(S(A2))]
     assert m.owned == S(A1) and m.heartbeat_due(3100)  # the coordinator must hear about it now
     req = send(m, 3100)
-    assert req.owned == S(A1) and req.member_epoch == 3
+    # The Assign in progress counts as held: the coordinator must not think A2 free.
+    assert req.owned == S(A1, A2) and req.member_epoch == 3
     assert m.on_response(ok(3), 3150) == []
     assert m.state is MemberState.RECONCILING  # still taking A2
     assert m.assignment_done(S(A2), 3200) == []
-    assert m.owned == S(A1, A2) and m.state is MemberState.ACKNOWLEDGING
-    assert send(m, 3200).owned == S(A1, A2)
-    m.on_response(ok(3), 3250)
-    assert m.state is MemberState.STABLE
+    assert m.owned == S(A1, A2) and m.state is MemberState.STABLE
 
 
 def test_epoch_unchanged_while_revoking_then_bumped() -> None:
