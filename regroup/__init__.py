@@ -1,3 +1,17 @@
 """regroup: next-generation consumer-group rebalancing for Python and PySpark streaming."""
 
+from __future__ import annotations
+
+from typing import Any
+
 __version__ = "0.1.0"
+__all__ = ["Consumer"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so that using the pure protocol core does not import gRPC and the log backends.
+    if name == "Consumer":
+        from regroup.client.consumer import Consumer
+
+        return Consumer
+    raise AttributeError(f"module 'regroup' has no attribute {name!r}")

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import typer
 
+from regroup import admin
+
 app = typer.Typer(help="regroup: next-generation consumer-group rebalancing.", no_args_is_help=True)
 bench_app = typer.Typer(help="Benchmarks that print figures (add --json for machine-readable output).",
                         no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
+app.add_typer(admin.groups_app, name="groups")
+app.add_typer(admin.offsets_app, name="offsets")
+app.add_typer(admin.topics_app, name="topics")
+app.command("produce")(admin.produce)
+app.command("coordinator")(admin.coordinator)
 
 
 @bench_app.command("assignors")
@@ -40,6 +47,52 @@ def walkthrough(
     from regroup.sim.walkthrough import run_walkthrough
 
     run_walkthrough(json_output=json_output)
+
+
+@bench_app.command("rebalance")
+def bench_rebalance(
+    scenario: str = typer.Option("all", help="grow, scale-out or all."),
+    added: int = typer.Option(900, help="Partitions added in the grow scenario."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of text."),
+) -> None:
+    """Real consumer processes: a topic grows by 900 partitions; a group of 10 scales out by one."""
+    from regroup.bench.rebalance import run_rebalance_bench
+
+    if scenario not in ("grow", "scale-out", "all"):
+        raise typer.BadParameter("choose grow, scale-out or all", param_hint="--scenario")
+    run_rebalance_bench(scenario, json_output, added)
+
+
+@bench_app.command("log")
+def bench_log(
+    directory: str | None = typer.Option(None, help="Where to write (default: a temporary directory)."),
+    records: int = typer.Option(1_000_000, min=1, help="Records to produce and read."),
+    value_size: int = typer.Option(100, min=0, help="Bytes per value."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of text."),
+) -> None:
+    """Produce and read throughput of the embedded log."""
+    from regroup.bench.log import run_log_bench
+
+    run_log_bench(directory, records, value_size, json_output)
+
+
+@bench_app.command("coordinator")
+def bench_coordinator(
+    members: int = typer.Option(10_000, help="Members heartbeating (largest step of the sweep)."),
+    interval_ms: int = typer.Option(5_000, help="Heartbeat interval of every member."),
+    duration: float = typer.Option(10.0, help="Seconds measured per window."),
+    sweep: bool = typer.Option(True, "--sweep/--no-sweep", help="Also measure smaller groups."),
+    group_size: int = typer.Option(500, help="Members per group."),
+    processes: int = typer.Option(1, help="Load-generating processes."),
+    compare_unary: bool = typer.Option(True, "--compare-unary/--no-compare-unary",
+                                       help="Also measure one unary call per heartbeat."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of text."),
+) -> None:
+    """Heartbeats/s and p50/p99 against one durable coordinator process; finds saturation."""
+    from regroup.bench.coordinator import run_coordinator_bench
+
+    run_coordinator_bench(members, interval_ms, duration, json_output, sweep=sweep, group_size=group_size,
+                          processes=processes, compare_unary=compare_unary)
 
 
 def main() -> None:

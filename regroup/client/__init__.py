@@ -1,1 +1,1 @@
-"""regroup.client (shell)."""
+"""The Python consumer shell."""

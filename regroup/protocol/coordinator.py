@@ -167,7 +167,8 @@ class Coordinator:
             for mid in sorted(group.members):
                 coord._touch(gid, mid, now)
                 cur = group.current.get(mid)
-                if cur is not None and cur.status is MemberStatus.UNREVOKED and cur.epoch != STATIC_LEAVE_EPOCH:
+                revoking = cur is not None and cur.status is MemberStatus.UNREVOKED
+                if cur is not None and revoking and cur.epoch != STATIC_LEAVE_EPOCH:
                     coord.timers.arm(TimerKind.REVOCATION, gid, mid,
                                      now + group.members[mid].rebalance_timeout_ms, cur.epoch)
             if group.epoch > group.target_epoch and group.members:

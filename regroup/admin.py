@@ -1,0 +1,314 @@
+"""The operator commands of `regroup`: groups, offsets, topics, produce, and the coordinator itself.
+
+Thin: each command parses options, calls the coordinator (through `CoordinatorClient`) or the log,
+and prints a table — or one JSON object with ``--json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from regroup.protocol.shard import Shard, format_shards
+
+COORDINATOR_HELP = "Coordinator address HOST:PORT (default: $REGROUP_COORDINATOR)."
+JSON_HELP = "Print one JSON object instead of tables."
+
+groups_app = typer.Typer(help="Inspect and delete consumer groups.", no_args_is_help=True)
+offsets_app = typer.Typer(help="Reset or delete a group's committed offsets (group must be empty).",
+                          no_args_is_help=True)
+topics_app = typer.Typer(help="Create and list topics of the log.", no_args_is_help=True)
+
+
+def _client(coordinator: str | None, token: str | None) -> Any:
+    from regroup.rpc.client import CoordinatorClient
+
+    address = coordinator or os.environ.get("REGROUP_COORDINATOR")
+    if not address:
+        raise typer.BadParameter("give --coordinator HOST:PORT or set REGROUP_COORDINATOR",
+                                 param_hint="--coordinator")
+    return CoordinatorClient(address, token=token or os.environ.get("REGROUP_TOKEN"))
+
+
+def _fail(message: str) -> None:
+    Console(stderr=True).print(f"[red]error:[/red] {message}")
+    raise typer.Exit(1)
+
+
+def _parse_shard(text: str) -> Shard:
+    topic, sep, part = text.rpartition(":")
+    if not sep or not topic or not part.isdigit():
+        raise typer.BadParameter(f"{text!r}: expected TOPIC:PARTITION, e.g. orders:3")
+    return Shard(topic, int(part))
+
+
+def _ack_or_fail(ack: Any) -> None:
+    if not ack.ok:
+        _fail(f"{ack.error.value}: {ack.message}")
+
+
+# ----------------------------------------------------------------------------------- groups
+@groups_app.command("list")
+def groups_list(
+    coordinator: str | None = typer.Option(None, "--coordinator", "-c", help=COORDINATOR_HELP),
+    token: str | None = typer.Option(None, help="API token (default: $REGROUP_TOKEN)."),
+    json_output: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """Every group: state and member count."""
+    with _client(coordinator, token) as client:
+        rows = client.list_groups()
+    if json_output:
+        print(json.dumps({"groups": [{"group": g, "state": s.value, "members": n} for g, s, n in rows]}))
+        return
+    table = Table("group", "state", "members")
+    for g, s, n in rows:
+        table.add_row(g, s.value, str(n))
+    Console().print(table)
+
+
+@groups_app.command("describe")
+def groups_describe(
+    group: str = typer.Argument(..., help="The group id."),
+    coordinator: str | None = typer.Option(None, "--coordinator", "-c", help=COORDINATOR_HELP),
+    token: str | None = typer.Option(None, help="API token (default: $REGROUP_TOKEN)."),
+    json_output: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """State, epochs, members with assigned and pending partitions, offsets with lag, epoch history."""
+    from regroup.rpc.errors import RequestRejected
+
+    with _client(coordinator, token) as client:
+        try:
+            details = client.describe_group(group)
+        except RequestRejected as e:
+            _fail(f"{e.code.value}: {e.message}")
+    d = details.description
+    if json_output:
+        print(json.dumps(_details_json(details)))
+        return
+    c = Console()
+    c.print(f"[bold]{d.group_id}[/bold]  state [bold]{d.state.value}[/bold]  group epoch {d.epoch}  "
+            f"target epoch {d.target_epoch}  assignor {d.assignor or '-'}")
+    members = Table("member", "instance", "client", "epoch", "state", "assigned", "revoking", "awaiting",
+                    title="members")
+    for m in d.members:
+        cl = details.clients.get(m.member_id)
+        members.add_row(m.member_id, m.instance_id or "-",
+                        f"{cl.client_id}@{cl.client_host}" if cl else "-", str(m.epoch), m.status.value,
+                        format_shards(m.assigned), format_shards(m.pending_revocation),
+                        format_shards(m.awaiting))
+    c.print(members)
+    offsets = Table("partition", "committed", "log end", "lag", "owner", title="offsets")
+    for o in details.offsets:
+        offsets.add_row(str(o.shard), _dash(o.committed), _dash(o.log_end_offset), _dash(o.lag),
+                        o.owner or "-")
+    c.print(offsets)
+    history = Table("when", "epoch", "kind", "cause", title="recent epochs")
+    for h in details.history[-20:]:
+        history.add_row(time.strftime("%H:%M:%S", time.localtime(h.at_unix_ms / 1000)), str(h.epoch),
+                        h.kind, h.cause)
+    c.print(history)
+
+
+@groups_app.command("delete")
+def groups_delete(
+    group: str = typer.Argument(..., help="The group id (must have no members)."),
+    coordinator: str | None = typer.Option(None, "--coordinator", "-c", help=COORDINATOR_HELP),
+    token: str | None = typer.Option(None, help="API token (default: $REGROUP_TOKEN)."),
+) -> None:
+    """Delete an empty group and its committed offsets."""
+    with _client(coordinator, token) as client:
+        _ack_or_fail(client.delete_group(group))
+    Console().print(f"deleted group {group}")
+
+
+def _dash(v: object) -> str:
+    return "-" if v is None else str(v)
+
+
+def _details_json(details: Any) -> dict[str, Any]:
+    d = details.description
+    return {
+        "group": d.group_id, "state": d.state.value, "epoch": d.epoch, "target_epoch": d.target_epoch,
+        "assignor": d.assignor, "subscribed_topics": d.subscribed_topics,
+        "members": [{
+            "member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.rack_id, "epoch": m.epoch,
+            "previous_epoch": m.previous_epoch, "state": m.status.value,
+            "assigned": sorted(map(str, m.assigned)),
+            "pending_revocation": sorted(map(str, m.pending_revocation)),
+            "awaiting": sorted(map(str, m.awaiting)), "target": sorted(map(str, m.target)),
+            "subscribed_topics": sorted(m.subscribed_topics), "subscribed_regex": m.subscribed_regex,
+            "client": (lambda c: {"client_id": c.client_id, "host": c.client_host,
+                                  "last_heartbeat_age_ms": c.last_heartbeat_age_ms} if c else None)(
+                details.clients.get(m.member_id)),
+        } for m in d.members],
+        "offsets": [{"partition": str(o.shard), "topic": o.shard.topic, "partition_id": o.shard.partition,
+                     "committed": o.committed, "log_end_offset": o.log_end_offset, "lag": o.lag,
+                     "owner": o.owner} for o in details.offsets],
+        "history": [{"at_unix_ms": h.at_unix_ms, "kind": h.kind, "epoch": h.epoch, "cause": h.cause}
+                    for h in details.history],
+    }
+
+
+# ----------------------------------------------------------------------------------- offsets
+@offsets_app.command("reset")
+def offsets_reset(
+    group: str = typer.Argument(..., help="The group id (must have no members)."),
+    to: list[str] = typer.Option(..., "--to", help="TOPIC:PARTITION=OFFSET, repeatable."),
+    coordinator: str | None = typer.Option(None, "--coordinator", "-c", help=COORDINATOR_HELP),
+    token: str | None = typer.Option(None, help="API token (default: $REGROUP_TOKEN)."),
+) -> None:
+    """Set committed offsets (may move them backwards) of an empty group."""
+    offsets: dict[Shard, int] = {}
+    for item in to:
+        where, sep, offset = item.partition("=")
+        if not sep or not offset.isdigit():
+            raise typer.BadParameter(f"{item!r}: expected TOPIC:PARTITION=OFFSET", param_hint="--to")
+        offsets[_parse_shard(where)] = int(offset)
+    with _client(coordinator, token) as client:
+        _ack_or_fail(client.reset_offsets(group, offsets))
+    Console().print(f"reset {len(offsets)} offset(s) of {group}")
+
+
+@offsets_app.command("delete")
+def offsets_delete(
+    group: str = typer.Argument(..., help="The group id (must have no members)."),
+    partition: list[str] = typer.Option(None, "--partition", help="TOPIC:PARTITION, repeatable; "
+                                        "all of the group's offsets when omitted."),
+    coordinator: str | None = typer.Option(None, "--coordinator", "-c", help=COORDINATOR_HELP),
+    token: str | None = typer.Option(None, help="API token (default: $REGROUP_TOKEN)."),
+) -> None:
+    """Delete committed offsets of an empty group."""
+    shards = [_parse_shard(p) for p in partition] if partition else None
+    with _client(coordinator, token) as client:
+        _ack_or_fail(client.delete_offsets(group, shards))
+    Console().print(f"deleted offsets of {group}")
+
+
+# ----------------------------------------------------------------------------------- topics
+LOG_HELP = "The log: a directory (embedded) or kafka://HOST:PORT (default: $REGROUP_LOG)."
+
+
+def _log(spec: str | None) -> Any:
+    from regroup.log import open_log
+
+    spec = spec or os.environ.get("REGROUP_LOG")
+    if not spec:
+        raise typer.BadParameter("give --log DIR|kafka://HOST:PORT or set REGROUP_LOG", param_hint="--log")
+    return open_log(spec)
+
+
+@topics_app.command("create")
+def topics_create(
+    topic: str = typer.Argument(..., help="Topic name."),
+    partitions: int = typer.Option(..., "--partitions", "-p", min=1, help="Partition count."),
+    log: str | None = typer.Option(None, "--log", help=LOG_HELP),
+) -> None:
+    """Create a topic, or grow an existing one to --partitions."""
+    from regroup.log.errors import LogError
+
+    lg = _log(log)
+    try:
+        if topic in lg.topic_partitions():
+            lg.add_partitions(topic, partitions)
+            Console().print(f"{topic} now has {partitions} partitions")
+        else:
+            lg.create_topic(topic, partitions)
+            Console().print(f"created {topic} with {partitions} partitions")
+    except (LogError, ValueError) as e:
+        _fail(str(e))
+    finally:
+        lg.close()
+
+
+@topics_app.command("list")
+def topics_list(
+    log: str | None = typer.Option(None, "--log", help=LOG_HELP),
+    json_output: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """Topics with partition counts and end offsets."""
+    lg = _log(log)
+    try:
+        topics = dict(lg.topic_partitions())
+        ends = {t: lg.end_offsets(t) for t in sorted(topics)}
+    finally:
+        lg.close()
+    if json_output:
+        print(json.dumps({"topics": [{"topic": t, "partitions": n, "records": sum(ends[t].values())}
+                                     for t, n in sorted(topics.items())]}))
+        return
+    table = Table("topic", "partitions", "records")
+    for t, n in sorted(topics.items()):
+        table.add_row(t, str(n), str(sum(ends[t].values())))
+    Console().print(table)
+
+
+def produce(
+    topic: str = typer.Argument(..., help="Topic to write to."),
+    log: str | None = typer.Option(None, "--log", help=LOG_HELP),
+    count: int = typer.Option(0, "--count", "-n", min=0,
+                              help="Generate N records 'key-i'/'value-i' instead of reading stdin."),
+    keys: int = typer.Option(100, "--keys", min=1, help="Distinct keys when generating."),
+    separator: str = typer.Option("\t", "--separator", help="KEY<sep>VALUE on each stdin line."),
+) -> None:
+    """Produce records: lines of KEY<TAB>VALUE from stdin, or --count generated ones.
+
+    The partition of a record is a stable hash of its key (CRC32), so one key stays in one partition.
+    """
+    import zlib
+
+    from regroup.log.base import LogRecord
+
+    lg = _log(log)
+    try:
+        partitions = lg.topic_partitions().get(topic)
+        if partitions is None:
+            _fail(f"topic {topic!r} does not exist; create it with `regroup topics create`")
+        lines = (f"key-{i % keys}{separator}value-{i}" for i in range(count)) if count else (
+            line.rstrip("\n") for line in sys.stdin)
+        batches: dict[int, list[LogRecord]] = {}
+        n = 0
+        now = int(time.time() * 1000)
+        for line in lines:
+            key, sep, value = line.partition(separator)
+            k = key.encode() if sep else None
+            v = (value if sep else key).encode()
+            p = zlib.crc32(k) % partitions if k is not None else n % partitions
+            batches.setdefault(p, []).append(LogRecord(k, v, now))
+            n += 1
+            if n % 10_000 == 0:
+                for part, recs in batches.items():
+                    lg.produce(topic, part, recs)
+                batches.clear()
+        for part, recs in batches.items():
+            lg.produce(topic, part, recs)
+    finally:
+        lg.close()
+    Console(stderr=True).print(f"produced {n} records to {topic}")
+
+
+def coordinator(
+    listen: str = typer.Option("127.0.0.1:9650", "--listen", help="HOST:PORT to serve gRPC on."),
+    data_dir: str = typer.Option(..., "--data-dir", help="Directory of the durable record store."),
+    log: str | None = typer.Option(None, "--log", help="Log for topic metadata: a directory or "
+                                   "kafka://HOST:PORT (default: $REGROUP_LOG)."),
+    token: str | None = typer.Option(None, help="Require this API token (default: $REGROUP_TOKEN)."),
+    tls_cert: str | None = typer.Option(None, help="PEM certificate: serve TLS."),
+    tls_key: str | None = typer.Option(None, help="PEM private key for --tls-cert."),
+    metrics_port: int | None = typer.Option(None, help="Serve Prometheus metrics on this port."),
+    session_timeout_ms: int = typer.Option(45_000, help="Members silent this long are fenced."),
+    heartbeat_interval_ms: int = typer.Option(5_000, help="How often members heartbeat."),
+) -> None:
+    """Run the group coordinator: gRPC API, durable store, timers, metrics."""
+    from regroup.coordinator.server import run_coordinator
+
+    code = run_coordinator(listen, data_dir, log or os.environ.get("REGROUP_LOG"),
+                           token or os.environ.get("REGROUP_TOKEN"), tls_cert, tls_key, metrics_port,
+                           session_timeout_ms, heartbeat_interval_ms)
+    raise typer.Exit(code)

@@ -1,0 +1,365 @@
+"""`regroup.Consumer`: a consumer-group member with the shape of confluent-kafka's consumer.
+
+The protocol lives in `MemberStateMachine`; this shell does the I/O around it:
+
+* a background thread heartbeats when the state machine says so, and a second one listens to the
+  coordinator's nudges so that hand-offs take a round trip instead of a heartbeat interval;
+* the user's thread runs the rebalance callbacks inside `poll()`/`consume()`, as confluent-kafka does:
+  on a revocation it calls ``on_revoke``, commits the positions of the revoked partitions, and only then
+  acknowledges, so the next owner starts exactly where this one stopped (a clean hand-off);
+* ``on_lost`` is called when the membership was lost (fenced): nothing is committed then, because
+  another member may already own the partitions;
+* records come straight from the log (embedded directory or Kafka) at explicit offsets.
+
+A consumer that does not call `poll()` for longer than its rebalance timeout while it must give up
+partitions is fenced by the coordinator, like Kafka's ``max.poll.interval.ms``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Collection
+from typing import Any
+
+from regroup.client.errors import (
+    CommitFailedError,
+    ConsumerClosedError,
+    FatalConsumerError,
+)
+from regroup.log import open_log
+from regroup.log.base import ConsumedRecord, PartitionedLog
+from regroup.protocol.errors import ErrorCode
+from regroup.protocol.member import (
+    Action,
+    Assign,
+    ComputeAssignment,
+    Fatal,
+    Lost,
+    MemberState,
+    MemberStateMachine,
+    Revoke,
+)
+from regroup.protocol.messages import OffsetCommitRequest, OffsetFetchRequest
+from regroup.protocol.shard import Shard, ShardSet
+from regroup.rpc.client import CoordinatorClient
+from regroup.rpc.errors import CoordinatorUnavailable
+
+log = logging.getLogger("regroup.consumer")
+
+Callback = Callable[["Consumer", set[Shard]], None]
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class Consumer:
+    """Join ``group_id`` and read the partitions the coordinator assigns.
+
+    ``topics`` or ``pattern`` (an RE2 regular expression matched against whole topic names) say what
+    to read; ``coordinator`` is ``HOST:PORT``; ``log`` is a directory of the embedded log,
+    ``kafka://HOST:PORT``, or a log object. ``instance_id`` makes the member static: a restart with the
+    same id gets the same partitions back without a rebalance.
+    """
+
+    def __init__(
+        self,
+        group_id: str,
+        *,
+        coordinator: str,
+        log: str | PartitionedLog,
+        topics: Collection[str] = (),
+        pattern: str | None = None,
+        instance_id: str | None = None,
+        rack_id: str | None = None,
+        assignor: str | None = None,
+        on_assign: Callback | None = None,
+        on_revoke: Callback | None = None,
+        on_lost: Callback | None = None,
+        rebalance_timeout_ms: int = 300_000,
+        auto_offset_reset: str = "earliest",
+        max_batch_records: int = 500,
+        token: str | None = None,
+        tls_ca: str | None = None,
+        member_id: str | None = None,
+    ) -> None:
+        if not topics and not pattern:
+            raise ValueError("give the consumer topics=[...] or pattern='...' to subscribe to")
+        if auto_offset_reset not in ("earliest", "latest"):
+            raise ValueError(f"auto_offset_reset must be 'earliest' or 'latest', got {auto_offset_reset!r}")
+        self.group_id = group_id
+        self.member_id = member_id or uuid.uuid4().hex
+        self._log = open_log(log) if isinstance(log, str) else log
+        self._owns_log = isinstance(log, str)
+        self._client = CoordinatorClient(coordinator, token=token, tls_ca=tls_ca)
+        self._machine = MemberStateMachine(
+            group_id, self.member_id, instance_id=instance_id, rack_id=rack_id,
+            rebalance_timeout_ms=rebalance_timeout_ms, subscribed_topics=tuple(topics),
+            subscribed_regex=pattern, assignor=assignor)
+        self._on_assign, self._on_revoke, self._on_lost = on_assign, on_revoke, on_lost
+        self._reset = auto_offset_reset
+        self._max_batch = max_batch_records
+        self._lock = threading.RLock()  # guards the state machine and the action queue
+        self._wake = threading.Event()
+        self._actions: deque[Action] = deque()
+        self._positions: dict[Shard, int] = {}  # next offset to read, per owned shard
+        self._committed: dict[Shard, int] = {}
+        self._buffer: deque[ConsumedRecord] = deque()
+        self._rr: deque[Shard] = deque()  # round-robin order of owned shards
+        self._fatal: FatalConsumerError | None = None
+        self._closed = False
+        self._stream: Any = None  # the open nudge stream, cancelled on close
+        self._heartbeater = threading.Thread(target=self._heartbeat_loop, name="regroup-heartbeat",
+                                             daemon=True)
+        self._watcher = threading.Thread(target=self._watch_loop, name="regroup-nudges", daemon=True)
+        self._heartbeater.start()
+        self._watcher.start()
+
+    # ------------------------------------------------------------------ public API
+    def poll(self, timeout: float = 1.0) -> ConsumedRecord | None:
+        """The next record, or None after ``timeout`` seconds. Runs pending rebalance callbacks."""
+        batch = self.consume(1, timeout)
+        return batch[0] if batch else None
+
+    def consume(self, num_messages: int = 100, timeout: float = 1.0) -> list[ConsumedRecord]:
+        """Up to ``num_messages`` records, waiting at most ``timeout`` seconds for the first."""
+        self._check_usable()
+        deadline = time.monotonic() + max(0.0, timeout)
+        out: list[ConsumedRecord] = []
+        while True:
+            self._run_actions()
+            self._check_usable()
+            while self._buffer and len(out) < num_messages:
+                rec = self._buffer.popleft()
+                shard = Shard(rec.topic, rec.partition)
+                if self._positions.get(shard) != rec.offset:
+                    continue  # the shard was revoked or lost since it was buffered
+                self._positions[shard] = rec.offset + 1
+                out.append(rec)
+            if out or time.monotonic() >= deadline:
+                return out
+            if not self._fill():
+                time.sleep(min(0.01, max(0.0, deadline - time.monotonic())))
+
+    def commit(self, offsets: dict[Shard, int] | None = None) -> None:
+        """Commit ``offsets`` (next offset to read, per shard) or, by default, the current positions.
+
+        Raises `CommitFailedError` when the coordinator refuses (e.g. the shard moved to another
+        member, or this member was fenced): the records since the last commit will be read again by
+        whoever owns the shard now — at-least-once.
+        """
+        self._check_usable()
+        self._commit(offsets if offsets is not None else dict(self._positions))
+
+    def assignment(self) -> set[Shard]:
+        """The shards this consumer currently reads."""
+        return set(self._positions)
+
+    def committed(self) -> dict[Shard, int]:
+        return dict(self._committed)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Commit, give the partitions up and leave the group (a static member leaves temporarily)."""
+        if self._closed:
+            return
+        with self._lock:
+            self._enqueue(self._machine.leave(_now_ms()))
+        self._wake.set()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._run_actions()
+            with self._lock:
+                if self._machine.state in (MemberState.LEFT, MemberState.FATAL):
+                    break
+            time.sleep(0.005)
+        self._closed = True
+        self._wake.set()
+        if self._stream is not None:
+            self._stream.cancel()
+        self._client.close()
+        self._heartbeater.join(timeout=2)
+        if self._owns_log:
+            self._log.close()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def member_epoch(self) -> int:
+        with self._lock:
+            return self._machine.epoch
+
+    # ------------------------------------------------------------------ actions (user thread)
+    def _enqueue(self, actions: list[Action]) -> None:
+        self._actions.extend(actions)
+
+    def _run_actions(self) -> None:
+        while True:
+            with self._lock:
+                if not self._actions:
+                    return
+                action = self._actions.popleft()
+            self._perform(action)
+
+    def _perform(self, action: Action) -> None:
+        now = _now_ms
+        if isinstance(action, Revoke):
+            shards = set(action.shards)
+            if self._on_revoke is not None:
+                self._on_revoke(self, shards)
+            owned_positions = {s: p for s, p in self._positions.items() if s in shards}
+            try:
+                self._commit(owned_positions, only_advanced=True)
+            except CommitFailedError as e:  # still release: the coordinator decides what is safe
+                log.warning("commit before revoking %s failed: %s", sorted(map(str, shards)), e)
+            self._forget(shards)
+            with self._lock:
+                self._enqueue(self._machine.revocation_done(action.shards, now()))
+            self._wake.set()
+        elif isinstance(action, Assign):
+            self._start(action.shards)
+            if self._on_assign is not None:
+                self._on_assign(self, set(action.shards))
+            with self._lock:
+                self._enqueue(self._machine.assignment_done(action.shards, now()))
+            self._wake.set()
+        elif isinstance(action, Lost):
+            shards = set(action.shards) | set(self._positions)
+            self._forget(shards)
+            log.warning("membership lost (%s): dropping %d partitions without committing",
+                        action.reason, len(shards))
+            if self._on_lost is not None:
+                self._on_lost(self, shards)
+        elif isinstance(action, Fatal):
+            self._fatal = FatalConsumerError(action.message, action.error)
+        elif isinstance(action, ComputeAssignment):
+            log.debug("delegated assignment requested; this consumer offers no client assignor")
+
+    def _start(self, shards: ShardSet) -> None:
+        """Position new shards at the group's committed offsets (or per auto_offset_reset)."""
+        with self._lock:
+            epoch = self._machine.epoch
+        resp = self._client.fetch_offsets(OffsetFetchRequest(
+            self.group_id, self.member_id, epoch, tuple(sorted(shards))))
+        committed = {s: c.offset for s, c in resp.offsets.items()} if resp.error is ErrorCode.NONE else {}
+        ends: dict[str, dict[int, int]] = {}
+        for s in sorted(shards):
+            if s in committed:
+                pos = committed[s]
+                self._committed[s] = pos
+            elif self._reset == "latest":
+                if s.topic not in ends:
+                    ends[s.topic] = self._log.end_offsets(s.topic)
+                pos = ends[s.topic].get(s.partition, 0)
+            else:
+                pos = 0
+            self._positions[s] = pos
+            self._rr.append(s)
+
+    def _forget(self, shards: set[Shard]) -> None:
+        for s in shards:
+            self._positions.pop(s, None)
+            self._committed.pop(s, None)
+        self._rr = deque(s for s in self._rr if s not in shards)
+        self._buffer = deque(r for r in self._buffer if Shard(r.topic, r.partition) not in shards)
+
+    def _fill(self) -> bool:
+        """Read the next batch from one owned shard with data; False when everything is caught up."""
+        for _ in range(len(self._rr)):
+            shard = self._rr[0]
+            self._rr.rotate(-1)
+            pos = self._positions.get(shard)
+            if pos is None:
+                continue
+            recs = self._log.read(shard.topic, shard.partition, pos, self._max_batch)
+            if recs:
+                self._buffer.extend(recs)
+                return True
+        return False
+
+    def _commit(self, offsets: dict[Shard, int], only_advanced: bool = False) -> None:
+        if only_advanced:
+            offsets = {s: o for s, o in offsets.items() if self._committed.get(s, -1) < o}
+        if not offsets:
+            return
+        for attempt in range(2):
+            with self._lock:
+                epoch = self._machine.epoch
+            try:
+                ack = self._client.commit_offsets(OffsetCommitRequest(
+                    self.group_id, self.member_id, epoch, offsets))
+            except CoordinatorUnavailable as e:
+                raise CommitFailedError(f"coordinator unavailable: {e}") from e
+            if ack.error is ErrorCode.NONE:
+                self._committed.update(offsets)
+                return
+            if ack.error is ErrorCode.STALE_MEMBER_EPOCH and attempt == 0:
+                time.sleep(0.05)  # a new epoch is on its way in a heartbeat response
+                continue
+            raise CommitFailedError(ack.message, ack.error)
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise ConsumerClosedError("the consumer is closed")
+        if self._fatal is not None:
+            raise self._fatal
+
+    # ------------------------------------------------------------------ background threads
+    def _heartbeat_loop(self) -> None:
+        while not self._closed:
+            now = _now_ms()
+            with self._lock:
+                self._enqueue(self._machine.tick(now))
+                req = self._machine.next_request(now)
+                if self._machine.state in (MemberState.LEFT, MemberState.FATAL) and req is None:
+                    return
+            if req is not None:
+                try:
+                    resp = self._client.heartbeat(req)
+                except CoordinatorUnavailable as e:
+                    log.info("heartbeat failed: %s", e)
+                    with self._lock:
+                        self._enqueue(self._machine.request_failed(_now_ms()))
+                else:
+                    with self._lock:
+                        self._enqueue(self._machine.on_response(resp, _now_ms()))
+                continue
+            with self._lock:
+                at = self._machine.next_heartbeat_at()
+                deadline = self._machine.session_deadline()
+            wait_ms = min(x for x in (at, deadline, now + 1000) if x is not None) - now
+            self._wake.wait(max(0, wait_ms) / 1000)
+            self._wake.clear()
+
+    def _watch_loop(self) -> None:
+        backoff = 0.1
+        while not self._closed:
+            try:
+                self._stream = self._client.watch(self.group_id, self.member_id)
+                for _ in self._stream:
+                    backoff = 0.1
+                    with self._lock:
+                        self._machine.nudge(_now_ms())
+                    self._wake.set()
+                    if self._closed:
+                        return
+            except CoordinatorUnavailable:
+                pass
+            except Exception as e:  # the nudge stream is an optimisation: never let it kill us
+                if self._closed:
+                    return
+                log.debug("nudge stream ended: %s", e)
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 2.0)
+
+    def _debug_state(self) -> dict[str, Any]:
+        with self._lock:
+            return {"state": self._machine.state.value, "epoch": self._machine.epoch,
+                    "owned": sorted(map(str, self._machine.owned))}

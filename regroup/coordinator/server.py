@@ -1,0 +1,281 @@
+"""Run the coordinator: recover from the data dir, serve gRPC (and /metrics), stop cleanly on SIGTERM.
+
+    python -m regroup.coordinator.server --listen 127.0.0.1:9650 --data-dir ./data --log static:orders=6
+
+Start-up: lock the data dir, read the snapshot and the records after it, rebuild the core with
+`Coordinator.recover` (every member gets a fresh session and every revoking member a fresh revocation
+timeout from now), ask the log backend for topic metadata, then listen. Once listening it prints one
+line ``regroup coordinator listening on HOST:PORT ...`` on stdout.
+
+Shutdown (SIGTERM or SIGINT): Watch streams end, in-flight calls get a grace period (1 s; open
+heartbeat streams are cut after it), queued records are written, the data dir is unlocked.
+Exit status 0; 1 when the service stopped itself because it could not guarantee durability (see
+`service`); 2 for a bad configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+import grpc
+import grpc.aio
+
+from regroup.coordinator.auth import TokenInterceptor, server_credentials
+from regroup.coordinator.history import EpochHistory
+from regroup.coordinator.metrics import Metrics, serve_metrics
+from regroup.coordinator.service import CoordinatorService, ServiceOptions, monotonic_ms
+from regroup.coordinator.sources import TopicRefresher, open_topic_source
+from regroup.coordinator.store import DurableStore, StoreError
+from regroup.coordinator.watch import Watchers
+from regroup.log.errors import LogError
+from regroup.protocol.config import CoordinatorConfig
+from regroup.protocol.coordinator import Coordinator
+from regroup.protocol.records import GroupEpochRecord, Record, SubscribedTopicsRecord
+from regroup.protocol.topics import TopicMetadata
+
+log = logging.getLogger("regroup.coordinator")
+
+DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+#: gRPC's own default: requests accepted but not yet picked up by the event loop.
+DEFAULT_MAX_PENDING = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class Listening:
+    """What a started coordinator tells its caller."""
+
+    address: str
+    metrics_port: int | None
+    recovered_records: int
+    recovery_seconds: float
+
+
+def recorded_topics(records: Iterable[Record]) -> TopicMetadata:
+    """The topic metadata the groups last recorded: the core's starting point before the log answers.
+
+    Recovering with these (and not with the log's current view) lets the first `update_topics` see
+    whatever changed while the coordinator was down, exactly as if it had been running.
+    """
+    per_group: dict[str, Mapping[str, int]] = {}
+    for r in records:
+        if isinstance(r, SubscribedTopicsRecord):
+            per_group[r.group_id] = r.topics
+        elif isinstance(r, GroupEpochRecord) and r.epoch is None:
+            per_group.pop(r.group_id, None)
+    merged: dict[str, int] = {}
+    for topics in per_group.values():
+        for t, n in topics.items():
+            merged[t] = max(merged.get(t, 0), n)
+    return TopicMetadata(merged)
+
+
+def _host(listen: str) -> str:
+    host = listen.rpartition(":")[0]
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
+
+async def serve(
+    listen: str,
+    data_dir: str,
+    log_spec: str | None = None,
+    token: str | None = None,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    metrics_port: int | None = None,
+    session_timeout_ms: int = 45_000,
+    heartbeat_interval_ms: int = 5_000,
+    *,
+    snapshot_every: int = 50_000,
+    topic_refresh_s: float = 5.0,
+    history_limit: int = 100,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    max_pending_requests: int = DEFAULT_MAX_PENDING,
+    grace_s: float = 1.0,
+    stop: asyncio.Event | None = None,
+    on_listening: Callable[[Listening], None] | None = None,
+) -> int:
+    """Serve until ``stop`` is set or SIGTERM/SIGINT arrives; returns the process exit status."""
+    if (tls_cert is None) != (tls_key is None):
+        raise ValueError("TLS needs both --tls-cert and --tls-key")
+    config = CoordinatorConfig(session_timeout_ms=session_timeout_ms,
+                               heartbeat_interval_ms=heartbeat_interval_ms)
+    loop = asyncio.get_running_loop()
+    stop = stop or asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+
+    source = open_topic_source(log_spec)
+    store = DurableStore(data_dir, snapshot_every=snapshot_every, history_limit=history_limit)
+    t0 = time.perf_counter()
+    loaded = store.open()
+    try:
+        coord = Coordinator.recover(loaded.records, monotonic_ms(), config,
+                                    topics=recorded_topics(loaded.records))
+        history = EpochHistory(history_limit)
+        history.apply(loaded.history)
+        recovery_s = time.perf_counter() - t0
+        log.info("recovered %d records (%d from the snapshot) into %d groups in %.3f s",
+                 len(loaded.records), loaded.snapshot_records, len(coord.groups), recovery_s)
+        store.start(loop)
+
+        metrics = Metrics()
+        metrics.recovery_seconds.set(recovery_s)
+        metrics.recovered_records.set(len(loaded.records))
+        metrics.snapshot_records.set(loaded.snapshot_records)
+        refresher = TopicRefresher(source, interval_s=topic_refresh_s) if source is not None else None
+        host = _host(listen)
+        service = CoordinatorService(coord, store, metrics=metrics, history=history, watchers=Watchers(),
+                                     refresher=refresher, options=ServiceOptions(address=listen))
+        if refresher is not None:
+            refresher.apply = service.apply_topics
+            await refresher.refresh()  # before serving, so that members join against real topics
+        elif log_spec is None:
+            log.warning("no --log given: topic metadata stays what the groups recorded (%d topics)",
+                        len(coord.topics))
+
+        server = grpc.aio.server(
+            interceptors=[TokenInterceptor(token)] if token else None,
+            options=[
+                ("grpc.max_receive_message_length", max_message_bytes),
+                ("grpc.so_reuseport", 0),
+                ("grpc.keepalive_time_ms", 60_000),
+                ("grpc.keepalive_timeout_ms", 20_000),
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
+                ("grpc.http2.max_pings_without_data", 0),
+                # Load shedding: calls that arrive while this many already wait for the event loop are
+                # cancelled at once (clients see CoordinatorUnavailable and retry) instead of queueing.
+                ("grpc.server.max_pending_requests", max_pending_requests),
+                ("grpc.server.max_pending_requests_hard_limit", 3 * max_pending_requests),
+            ])
+        server.add_generic_rpc_handlers((service.handler(),))
+        if tls_cert is not None and tls_key is not None:
+            port = server.add_secure_port(listen, server_credentials(tls_cert, tls_key))
+        else:
+            if token:
+                log.warning("the API token crosses the network in clear text without TLS: "
+                            "add --tls-cert/--tls-key")
+            port = server.add_insecure_port(listen)
+        if port == 0:
+            raise OSError(f"cannot listen on {listen!r} (address in use or invalid)")
+        address = f"{listen.rpartition(':')[0]}:{port}"
+        service.options = ServiceOptions(address=address)
+        await server.start()
+        service.start()
+
+        metrics_server = None
+        bound_metrics: int | None = None
+        if metrics_port is not None:
+            try:
+                metrics_server, _ = serve_metrics(metrics, host or "0.0.0.0", metrics_port)
+            except OSError:
+                await server.stop(0)
+                await service.close()
+                raise
+            bound_metrics = int(metrics_server.server_port)
+        info = Listening(address, bound_metrics, len(loaded.records), recovery_s)
+        print(f"regroup coordinator listening on {address}"
+              + (f" (metrics on {host or '0.0.0.0'}:{bound_metrics})" if bound_metrics is not None else "")
+              + f"; data dir {data_dir}; recovered {info.recovered_records} records in {recovery_s:.3f} s",
+              flush=True)
+        if on_listening is not None:
+            on_listening(info)
+
+        waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(service.stopped.wait())]
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        for w in waiters:
+            w.cancel()
+        log.info("shutting down%s", f" ({service.fatal_reason})" if service.fatal_reason else "")
+        service.end_streams()
+        await server.stop(grace_s)
+        log.debug("gRPC server stopped")
+        await service.close()
+        await store.close()
+        log.debug("store closed")
+        if metrics_server is not None:
+            metrics_server.shutdown()
+            metrics_server.server_close()
+        return 1 if service.fatal_reason else 0
+    finally:
+        await store.close()  # (again, harmlessly) also when start-up failed half-way
+
+
+def run_coordinator(
+    listen: str,
+    data_dir: str,
+    log_spec: str | None = None,
+    token: str | None = None,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    metrics_port: int | None = None,
+    session_timeout_ms: int = 45_000,
+    heartbeat_interval_ms: int = 5_000,
+    *,
+    snapshot_every: int = 50_000,
+    topic_refresh_s: float = 5.0,
+    history_limit: int = 100,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    max_pending_requests: int = DEFAULT_MAX_PENDING,
+) -> int:
+    """Blocking entry point for ``regroup coordinator``: returns the exit status (0, 1, or 2)."""
+    try:
+        return asyncio.run(serve(
+            listen, data_dir, log_spec, token, tls_cert, tls_key, metrics_port, session_timeout_ms,
+            heartbeat_interval_ms, snapshot_every=snapshot_every, topic_refresh_s=topic_refresh_s,
+            history_limit=history_limit, max_message_bytes=max_message_bytes,
+            max_pending_requests=max_pending_requests))
+    except (StoreError, LogError, ValueError, OSError) as e:
+        log.error("%s", e)
+        print(f"regroup coordinator: {e}", file=sys.stderr)
+        return 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="regroup coordinator", description="Run the regroup group coordinator.")
+    p.add_argument("--listen", default="127.0.0.1:9650", help="HOST:PORT to serve gRPC on (port 0: any)")
+    p.add_argument("--data-dir", required=True, help="directory for the durable record store")
+    p.add_argument("--log", dest="log_spec", default=None,
+                   help="topic metadata source: static:NAME=N,..., file:PATH.json, or a log spec")
+    p.add_argument("--token", default=None, help="require this API token (or set REGROUP_TOKEN)")
+    p.add_argument("--tls-cert", default=None, help="PEM certificate (chain) to serve TLS")
+    p.add_argument("--tls-key", default=None, help="PEM private key of --tls-cert")
+    p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port")
+    p.add_argument("--session-timeout-ms", type=int, default=45_000)
+    p.add_argument("--heartbeat-interval-ms", type=int, default=5_000)
+    p.add_argument("--snapshot-every", type=int, default=50_000,
+                   help="compact when this many records were written since the last snapshot")
+    p.add_argument("--topic-refresh-s", type=float, default=5.0, help="topic metadata refresh interval")
+    p.add_argument("--history-limit", type=int, default=100, help="epoch changes kept per group")
+    p.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES,
+                   help="largest request accepted (larger: RESOURCE_EXHAUSTED)")
+    p.add_argument("--max-pending-requests", type=int, default=DEFAULT_MAX_PENDING,
+                   help="requests waiting for the event loop beyond which new ones are shed")
+    p.add_argument("--log-level", default="INFO")
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    import os
+
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    sys.exit(run_coordinator(
+        args.listen, args.data_dir, args.log_spec, args.token or os.environ.get("REGROUP_TOKEN") or None,
+        args.tls_cert, args.tls_key, args.metrics_port, args.session_timeout_ms, args.heartbeat_interval_ms,
+        snapshot_every=args.snapshot_every, topic_refresh_s=args.topic_refresh_s,
+        history_limit=args.history_limit, max_message_bytes=args.max_message_bytes,
+        max_pending_requests=args.max_pending_requests))
+
+
+if __name__ == "__main__":
+    main()

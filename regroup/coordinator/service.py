@@ -1,0 +1,567 @@
+"""The coordinator service: the asyncio gRPC servicer around the protocol core.
+
+Every call runs the core synchronously on the event loop (the core is fast and never blocks), hands
+the records of the step to the store, pushes the step's nudges to Watch streams, and answers only once
+every record the answer may reflect is durable. The service decides nothing about the protocol: it
+converts (`regroup.rpc.wire`), persists, schedules `expire()` at `next_deadline()`, feeds topic
+metadata to `update_topics()`, and reports.
+
+Fail-stop: if the store cannot write, or the core raises an unexpected exception in a call that
+changes state, memory may no longer match the disk. The service then refuses further calls and asks
+the server to stop; a restart recovers from the durable records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+import grpc.aio
+
+from regroup.coordinator import history as hist
+from regroup.coordinator.metrics import Metrics
+from regroup.coordinator.sources import TopicRefresher
+from regroup.coordinator.store import DurableStore, StoreError
+from regroup.coordinator.watch import CLOSED, TooManyWatchers, Watchers
+from regroup.protocol.coordinator import Coordinator, Outcome
+from regroup.protocol.errors import ErrorCode, ProtocolError
+from regroup.protocol.messages import Ack, HeartbeatResponse, OffsetFetchResponse
+from regroup.protocol.records import MemberMetadataRecord, Record, TargetEpochRecord
+from regroup.protocol.shard import Shard
+from regroup.protocol.timers import MemberKey
+from regroup.protocol.topics import TopicMetadata
+from regroup.protocol.validation import check_id, check_shards
+from regroup.rpc import regroup_pb2 as pb
+from regroup.rpc import wire
+from regroup.rpc.errors import WireError
+from regroup.rpc.types import GroupDetails, MemberClient, OffsetStatus, TopicsInfo
+from regroup.rpc.wire import CLIENT_ID_HEADER, SERVICE_NAME
+
+log = logging.getLogger("regroup.coordinator")
+
+
+R = TypeVar("R")
+Ctx = grpc.aio.ServicerContext[Any, Any]
+
+
+def monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class _Stopped(Exception):
+    """The service hit a fatal condition and refuses calls until restarted."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceOptions:
+    #: The address shown as COORDINATOR by describe.
+    address: str = ""
+    #: How often the per-group gauges are refreshed from the core's state.
+    metrics_interval_s: float = 5.0
+    #: Bound on the log backend's end-offset lookup of a describe.
+    end_offsets_timeout_s: float = 2.0
+
+
+class CoordinatorService:
+    def __init__(
+        self,
+        coord: Coordinator,
+        store: DurableStore,
+        *,
+        metrics: Metrics | None = None,
+        history: hist.EpochHistory | None = None,
+        watchers: Watchers | None = None,
+        refresher: TopicRefresher | None = None,
+        options: ServiceOptions | None = None,
+        clock: Callable[[], int] = monotonic_ms,
+    ) -> None:
+        self.coord = coord
+        self.store = store
+        self.metrics = metrics or Metrics()
+        self.history = history or hist.EpochHistory()
+        self.watchers = watchers or Watchers()
+        self.refresher = refresher
+        self.options = options or ServiceOptions()
+        self.clock = clock
+        self.clients: dict[MemberKey, tuple[str, str, int]] = {}
+        self.stopped = asyncio.Event()
+        self.fatal_reason = ""
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: int | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._observe_handle: asyncio.TimerHandle | None = None
+        self._hb_counters = {c: self.metrics.heartbeats.labels(c.value) for c in ErrorCode}
+        self.watchers.on_change = self.metrics.watch_streams.set
+        self.watchers.on_nudge = self.metrics.nudges.inc
+        store.on_failure = lambda exc: self.fail(f"the record store failed: {exc!r}")
+        store.stats.on_commit = self.metrics.on_commit
+        store.stats.on_compact = self.metrics.on_compact
+        if refresher is not None:
+            refreshes = self.metrics.topic_refreshes
+            refresher.on_result = lambda ok: refreshes.labels("ok" if ok else "error").inc()
+
+    # ================================================================= lifecycle
+    def start(self) -> None:
+        self.metrics.topics.set(len(self.coord.topics))
+        self._observe()
+        self._rearm_timer()
+        self._tasks.append(asyncio.create_task(self._observe_loop(), name="regroup-metrics"))
+        if self.refresher is not None:
+            self._tasks.append(asyncio.create_task(self.refresher.run(), name="regroup-topics"))
+
+    async def close(self) -> None:
+        """Stop timers and tasks and end Watch streams (the store is closed by the server)."""
+        for handle in (self._timer, self._observe_handle):
+            if handle is not None:
+                handle.cancel()
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self.watchers.close_all()
+        if self.refresher is not None:
+            self.refresher.close()
+
+    def fail(self, reason: str) -> None:
+        if self.fatal_reason:
+            return
+        self.fatal_reason = reason
+        log.critical("stopping the coordinator: %s; restart it to recover from the durable records", reason)
+        self.stopped.set()
+
+    # ================================================================= one step of the core
+    def _mutate(self, step: Callable[[], Outcome[R]]) -> Outcome[R]:
+        if self.fatal_reason:
+            raise _Stopped(self.fatal_reason)
+        t0 = time.perf_counter()
+        try:
+            out = step()
+        except Exception as e:
+            log.exception("the protocol core raised while changing state")
+            self.fail(f"the protocol core raised {type(e).__name__}: {e}")
+            raise _Stopped(self.fatal_reason) from e
+        if any(isinstance(r, TargetEpochRecord) for r in out.records):
+            self.metrics.assignment_seconds.observe(time.perf_counter() - t0)
+        return out
+
+    def _persist(self, out: Outcome[Any], requester: MemberKey | None = None) -> int:
+        """Queue the step's records, note its history, push its nudges; the seq to await."""
+        if out.records:
+            ops = hist.derive(out.records, out.fenced, int(time.time() * 1000))
+            seq = self.store.append(out.records, ops)
+            self.history.apply(ops)
+            self.metrics.observe_records(out.records)
+            self._forget_clients(out.records)
+            self.metrics.records_since_snapshot.set(self.store.records_since_snapshot)
+            self._observe_soon()
+            if self.store.compaction_due():
+                self.store.compact(self.coord.snapshot())
+        else:
+            seq = self.store.tail
+        for note in out.notes:
+            log.warning("%s", note)
+        for gid, mid in out.fenced:
+            log.info("group %r: member %r fenced (session or revocation timeout)", gid, mid)
+            self.metrics.fenced.labels(gid).inc()
+        if out.wake:
+            # The requester's own answer already reflects this step: no need to wake it too.
+            targets = out.wake - {requester} if requester is not None else out.wake
+            self.watchers.nudge(targets, self._epoch_of)
+        self._rearm_timer()
+        return seq
+
+    def _epoch_of(self, group_id: str) -> int:
+        group = self.coord.groups.get(group_id)
+        return group.epoch if group is not None else 0
+
+    def _forget_clients(self, records: tuple[Record, ...]) -> None:
+        for r in records:
+            if isinstance(r, MemberMetadataRecord) and r.metadata is None:
+                self.clients.pop((r.group_id, r.member_id), None)
+
+    async def _answer(self, seq: int) -> None:
+        """Wait until the state an answer reflects (every record up to ``seq``) is durable."""
+        try:
+            await self.store.durable(seq)
+        except StoreError as e:
+            raise _Stopped(str(e)) from e
+
+    # ================================================================= timers and topics
+    def _rearm_timer(self) -> None:
+        deadline = self.coord.next_deadline()
+        if deadline is None:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = self._timer_at = None
+            return
+        if self._timer is not None and self._timer_at is not None and self._timer_at <= deadline:
+            return  # an earlier wake-up is already scheduled; it re-arms when it fires
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = deadline
+        delay = max(0, deadline - self.clock() + 1) / 1000
+        self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = self._timer_at = None
+        if self.fatal_reason:
+            return
+        try:
+            out = self._mutate(lambda: self.coord.expire(self.clock()))
+            self._persist(out)
+        except (_Stopped, StoreError):
+            return
+
+    def apply_topics(self, topics: TopicMetadata) -> None:
+        """New metadata from the log backend (called by the refresher on the event loop)."""
+        if self.fatal_reason:
+            return
+        try:
+            out = self._mutate(lambda: self.coord.update_topics(topics, self.clock()))
+            self._persist(out)
+        except (_Stopped, StoreError):
+            return
+        self.metrics.topics.set(len(topics))
+
+    def _observe(self) -> None:
+        self._observe_handle = None
+        self.metrics.observe_groups(self.coord)
+
+    def _observe_soon(self) -> None:
+        """Refresh the per-group gauges within a second of a change (at most once a second)."""
+        if self._observe_handle is None:
+            self._observe_handle = asyncio.get_running_loop().call_later(1.0, self._observe)
+
+    async def _observe_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.options.metrics_interval_s)
+            self._observe()
+
+    # ================================================================= heartbeat and watch
+    async def heartbeat(self, request: pb.HeartbeatRequest, context: Ctx) -> pb.HeartbeatResponse:
+        t0 = time.perf_counter()
+        try:
+            req = wire.heartbeat_request_from_pb(request)
+        except WireError as e:
+            resp = HeartbeatResponse(ErrorCode.INVALID_REQUEST, str(e), request.member_id,
+                                     request.member_epoch, self.coord.config.heartbeat_interval_ms)
+            self._hb_counters[resp.error].inc()
+            return wire.heartbeat_response_to_pb(resp)
+        out = self._mutate(lambda: self.coord.heartbeat(req, self.clock()))
+        seq = self._persist(out, (req.group_id, req.member_id))
+        resp = out.response
+        if resp.error is ErrorCode.NONE and resp.member_epoch >= 0:
+            self._seen((req.group_id, req.member_id), context)
+        await self._answer(seq)
+        self._hb_counters[resp.error].inc()
+        self.metrics.heartbeat_latency.observe(time.perf_counter() - t0)
+        return wire.heartbeat_response_to_pb(resp)
+
+    async def heartbeat_stream(self, requests: AsyncIterator[pb.HeartbeatRequest], context: Ctx,
+                               ) -> AsyncIterator[pb.HeartbeatResponse]:
+        """Heartbeats on one stream, answered in order (see proto: HeartbeatStream)."""
+        self.metrics.heartbeat_streams.inc()
+        try:
+            async for request in requests:
+                if self.fatal_reason:
+                    await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                        f"the coordinator is stopping: {self.fatal_reason}")
+                try:
+                    yield await self.heartbeat(request, context)
+                except _Stopped as e:
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, f"the coordinator is stopping: {e}")
+        finally:
+            self.metrics.heartbeat_streams.dec()
+
+    def end_streams(self) -> None:
+        """At shutdown: end the Watch streams (heartbeat streams end with the server's grace period)."""
+        self.watchers.close_all()
+
+    def _seen(self, key: MemberKey, context: Ctx) -> None:
+        client_id = ""
+        for k, v in context.invocation_metadata() or ():
+            if k == CLIENT_ID_HEADER:
+                client_id = (v if isinstance(v, str) else v.decode(errors="replace"))[:255]
+                break
+        self.clients[key] = (client_id, _host_of(context.peer() or ""), self.clock())
+
+    async def watch(self, request: pb.WatchRequest, context: Ctx) -> AsyncIterator[pb.Nudge]:
+        key = (request.group_id, request.member_id)
+        try:
+            check_id("group_id", request.group_id, self.coord.config)
+            check_id("member_id", request.member_id, self.coord.config)
+        except ProtocolError as e:
+            yield pb.Nudge(kind=pb.NUDGE_KIND_SUBSCRIBED, group_id=request.group_id[:255],
+                           member_id=request.member_id[:255], error=wire.error_to_pb(e.code),
+                           message=e.message)
+            return
+        try:
+            queue = self.watchers.subscribe(key)
+        except TooManyWatchers as e:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
+            return
+        try:
+            yield pb.Nudge(kind=pb.NUDGE_KIND_SUBSCRIBED, group_id=key[0], member_id=key[1],
+                           group_epoch=self._epoch_of(key[0]))
+            while True:
+                epoch = await queue.get()
+                if epoch == CLOSED:
+                    return
+                yield pb.Nudge(kind=pb.NUDGE_KIND_HEARTBEAT_NOW, group_id=key[0], member_id=key[1],
+                               group_epoch=epoch)
+        finally:
+            self.watchers.unsubscribe(key, queue)
+
+    # ================================================================= offsets
+    async def commit_offsets(self, request: pb.OffsetCommitRequest, _context: Ctx) -> pb.Ack:
+        try:
+            req = wire.commit_request_from_pb(request)
+        except WireError as e:
+            return self._ack("CommitOffsets", Ack(ErrorCode.INVALID_REQUEST, str(e)))
+        out = self._mutate(lambda: self.coord.commit_offsets(req, self.clock()))
+        await self._answer(self._persist(out))
+        return self._ack("CommitOffsets", out.response)
+
+    async def fetch_offsets(self, request: pb.OffsetFetchRequest, _context: Ctx) -> pb.OffsetFetchResponse:
+        try:
+            req = wire.fetch_request_from_pb(request)
+            cfg = self.coord.config
+            check_id("group_id", req.group_id, cfg)
+            check_id("member_id", req.member_id, cfg, allow_empty=True)
+            if req.shards is not None:
+                check_shards("shards", req.shards, cfg, cfg.max_owned_shards)
+            resp = self.coord.fetch_offsets(req)
+        except WireError as e:
+            resp = OffsetFetchResponse(ErrorCode.INVALID_REQUEST, str(e))
+        except ProtocolError as e:
+            resp = OffsetFetchResponse(e.code, e.message)
+        await self._answer(self.store.tail)
+        self._count("FetchOffsets", resp.error)
+        return wire.fetch_response_to_pb(resp)
+
+    async def reset_offsets(self, request: pb.ResetOffsetsRequest, _context: Ctx) -> pb.Ack:
+        try:
+            req = wire.reset_request_from_pb(request)
+        except WireError as e:
+            return self._ack("ResetOffsets", Ack(ErrorCode.INVALID_REQUEST, str(e)))
+        out = self._mutate(lambda: self.coord.commit_offsets(req, self.clock()))
+        await self._answer(self._persist(out))
+        return self._ack("ResetOffsets", out.response)
+
+    async def delete_offsets(self, request: pb.DeleteOffsetsRequest, _context: Ctx) -> pb.Ack:
+        try:
+            group_id, shards = wire.delete_offsets_from_pb(request)
+            cfg = self.coord.config
+            check_id("group_id", group_id, cfg)
+            if shards is not None:
+                check_shards("shards", shards, cfg, cfg.max_owned_shards)
+        except WireError as e:
+            return self._ack("DeleteOffsets", Ack(ErrorCode.INVALID_REQUEST, str(e)))
+        except ProtocolError as e:
+            return self._ack("DeleteOffsets", Ack(e.code, e.message))
+        out = self._mutate(lambda: self.coord.delete_offsets(group_id, shards))
+        await self._answer(self._persist(out))
+        return self._ack("DeleteOffsets", out.response)
+
+    # ================================================================= delegated assignment
+    async def get_assignment_spec(self, request: pb.AssignmentSpecRequest, _context: Ctx,
+                                  ) -> pb.AssignmentSpecResponse:
+        try:
+            check_id("group_id", request.group_id, self.coord.config)
+            check_id("member_id", request.member_id, self.coord.config)
+            spec = self.coord.assignment_spec(request.group_id, request.member_id, request.member_epoch)
+        except ProtocolError as e:
+            self._count("GetAssignmentSpec", e.code)
+            return pb.AssignmentSpecResponse(error=wire.error_to_pb(e.code), message=e.message)
+        await self._answer(self.store.tail)
+        self._count("GetAssignmentSpec", ErrorCode.NONE)
+        return wire.spec_response_to_pb(spec)
+
+    async def install_assignment(self, request: pb.InstallAssignmentRequest, _context: Ctx) -> pb.Ack:
+        try:
+            check_id("group_id", request.group_id, self.coord.config)
+            check_id("member_id", request.member_id, self.coord.config)
+            assignment: dict[str, Iterable[Shard]] = dict(wire.install_assignment_from_pb(request))
+        except WireError as e:
+            return self._ack("InstallAssignment", Ack(ErrorCode.INVALID_REQUEST, str(e)))
+        except ProtocolError as e:
+            return self._ack("InstallAssignment", Ack(e.code, e.message))
+        out = self._mutate(lambda: self.coord.install_assignment(
+            request.group_id, request.member_id, request.member_epoch, request.group_epoch, assignment,
+            self.clock()))
+        await self._answer(self._persist(out))
+        return self._ack("InstallAssignment", out.response)
+
+    # ================================================================= administration
+    async def describe_group(self, request: pb.DescribeGroupRequest, _context: Ctx,
+                             ) -> pb.DescribeGroupResponse:
+        gid = request.group_id
+        try:
+            check_id("group_id", gid, self.coord.config)
+            self.coord.describe_group(gid)  # GROUP_ID_NOT_FOUND before asking the log
+        except ProtocolError as e:
+            self._count("DescribeGroup", e.code)
+            return pb.DescribeGroupResponse(error=wire.error_to_pb(e.code), message=e.message)
+        group = self.coord.groups.get(gid)
+        ends = await self._end_offsets(sorted(group.subscribed_topics) if group is not None else [])
+        try:
+            details = self._details(gid, ends)
+        except ProtocolError as e:  # deleted while we asked the log
+            self._count("DescribeGroup", e.code)
+            return pb.DescribeGroupResponse(error=wire.error_to_pb(e.code), message=e.message)
+        await self._answer(self.store.tail)
+        self._count("DescribeGroup", ErrorCode.NONE)
+        return pb.DescribeGroupResponse(error=wire.error_to_pb(ErrorCode.NONE),
+                                        group=wire.group_details_to_pb(details))
+
+    def _details(self, gid: str, ends: dict[Shard, int]) -> GroupDetails:
+        d = self.coord.describe_group(gid)
+        now = self.clock()
+        clients = {}
+        for m in d.members:
+            seen = self.clients.get((gid, m.member_id))
+            if seen is not None:
+                clients[m.member_id] = MemberClient(seen[0], seen[1], max(0, now - seen[2]))
+        owners = {s: m.member_id for m in d.members for s in m.assigned | m.pending_revocation}
+        shards = {Shard(t, p) for t, n in d.subscribed_topics.items() for p in range(n)} | set(d.offsets)
+        offsets = []
+        for s in sorted(shards):
+            committed = d.offsets.get(s)
+            end = ends.get(s)
+            if committed is None:
+                offsets.append(OffsetStatus(s, None, "", -1, end, None, owners.get(s)))
+            else:
+                lag = max(0, end - committed.offset) if end is not None else None
+                offsets.append(OffsetStatus(s, committed.offset, committed.metadata, committed.commit_epoch,
+                                            end, lag, owners.get(s)))
+        return GroupDetails(d, clients, tuple(offsets), self.history.of(gid), self.options.address)
+
+    async def _end_offsets(self, topics: list[str]) -> dict[Shard, int]:
+        source = self.refresher.source if self.refresher is not None else None
+        end_offsets = getattr(source, "end_offsets", None)
+        if end_offsets is None or not topics:
+            return {}
+
+        def lookup() -> dict[Shard, int]:
+            return {Shard(t, p): o for t in topics for p, o in end_offsets(t).items()}
+
+        try:
+            loop = asyncio.get_running_loop()
+            return await asyncio.wait_for(loop.run_in_executor(None, lookup),
+                                          self.options.end_offsets_timeout_s)
+        except Exception as e:
+            log.info("describe: log end offsets unavailable (%s: %s)", type(e).__name__, e)
+            return {}
+
+    async def list_groups(self, _request: pb.ListGroupsRequest, _context: Ctx) -> pb.ListGroupsResponse:
+        groups = self.coord.list_groups()
+        await self._answer(self.store.tail)
+        self._count("ListGroups", ErrorCode.NONE)
+        return wire.list_groups_to_pb(groups)
+
+    async def delete_group(self, request: pb.DeleteGroupRequest, _context: Ctx) -> pb.Ack:
+        try:
+            check_id("group_id", request.group_id, self.coord.config)
+        except ProtocolError as e:
+            return self._ack("DeleteGroup", Ack(e.code, e.message))
+        out = self._mutate(lambda: self.coord.delete_group(request.group_id))
+        await self._answer(self._persist(out))
+        return self._ack("DeleteGroup", out.response)
+
+    async def topics(self, _request: pb.TopicsRequest, _context: Ctx) -> pb.TopicsResponse:
+        return wire.topics_to_pb(self._topics_info())
+
+    async def refresh_topics(self, _request: pb.TopicsRequest, _context: Ctx) -> pb.TopicsResponse:
+        if self.refresher is not None:
+            await self.refresher.refresh()
+        await self._answer(self.store.tail)
+        return wire.topics_to_pb(self._topics_info())
+
+    def _topics_info(self) -> TopicsInfo:
+        r = self.refresher
+        if r is None:
+            return TopicsInfo(dict(self.coord.topics), -1, "no topic source configured (--log)")
+        return TopicsInfo(dict(self.coord.topics), r.age_ms, r.error)
+
+    # ================================================================= helpers
+    def _ack(self, method: str, ack: Ack) -> pb.Ack:
+        self._count(method, ack.error)
+        return wire.ack_to_pb(ack)
+
+    def _count(self, method: str, code: ErrorCode) -> None:
+        self.metrics.requests.labels(method, code.value).inc()
+
+    # ================================================================= gRPC wiring
+    def handler(self) -> grpc.GenericRpcHandler:
+        """The generic handler serving `SERVICE_NAME`."""
+        return grpc.method_handlers_generic_handler(SERVICE_NAME, self.method_handlers())
+
+    def method_handlers(self) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
+        """Handlers by method name, as declared in proto/regroup.proto."""
+        def unary(fn: Callable[[Any, Ctx], Awaitable[Any]], req: Any, resp: Any,
+                  ) -> grpc.RpcMethodHandler[Any, Any]:
+            return grpc.unary_unary_rpc_method_handler(self._guarded(fn), request_deserializer=req.FromString,
+                                                       response_serializer=resp.SerializeToString)
+
+        methods: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
+            "Heartbeat": unary(self.heartbeat, pb.HeartbeatRequest, pb.HeartbeatResponse),
+            "HeartbeatStream": grpc.stream_stream_rpc_method_handler(
+                self.heartbeat_stream, request_deserializer=pb.HeartbeatRequest.FromString,
+                response_serializer=pb.HeartbeatResponse.SerializeToString),
+            "Watch": grpc.unary_stream_rpc_method_handler(
+                self.watch, request_deserializer=pb.WatchRequest.FromString,
+                response_serializer=pb.Nudge.SerializeToString),
+            "CommitOffsets": unary(self.commit_offsets, pb.OffsetCommitRequest, pb.Ack),
+            "FetchOffsets": unary(self.fetch_offsets, pb.OffsetFetchRequest, pb.OffsetFetchResponse),
+            "GetAssignmentSpec": unary(self.get_assignment_spec, pb.AssignmentSpecRequest,
+                                       pb.AssignmentSpecResponse),
+            "InstallAssignment": unary(self.install_assignment, pb.InstallAssignmentRequest, pb.Ack),
+            "DescribeGroup": unary(self.describe_group, pb.DescribeGroupRequest, pb.DescribeGroupResponse),
+            "ListGroups": unary(self.list_groups, pb.ListGroupsRequest, pb.ListGroupsResponse),
+            "DeleteGroup": unary(self.delete_group, pb.DeleteGroupRequest, pb.Ack),
+            "ResetOffsets": unary(self.reset_offsets, pb.ResetOffsetsRequest, pb.Ack),
+            "DeleteOffsets": unary(self.delete_offsets, pb.DeleteOffsetsRequest, pb.Ack),
+            "Topics": unary(self.topics, pb.TopicsRequest, pb.TopicsResponse),
+            "RefreshTopics": unary(self.refresh_topics, pb.TopicsRequest, pb.TopicsResponse),
+        }
+        return methods
+
+    def _guarded(self, fn: Callable[[Any, Ctx], Awaitable[R]]) -> Callable[[Any, Ctx], Awaitable[R]]:
+        """Map the service's own failures to gRPC statuses (never a protocol error code)."""
+        @functools.wraps(fn)
+        async def call(request: Any, context: Ctx) -> R:
+            if self.fatal_reason:
+                await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                    f"the coordinator is stopping: {self.fatal_reason}")
+            try:
+                return await fn(request, context)
+            except _Stopped as e:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, f"the coordinator is stopping: {e}")
+            except asyncio.CancelledError:
+                log.debug("%s cancelled (the client went away or the server is stopping)", fn.__name__)
+                raise
+            except Exception as e:
+                if isinstance(e, grpc.aio.AbortError):
+                    raise
+                log.exception("unexpected error in %s", fn.__name__)
+                await context.abort(grpc.StatusCode.INTERNAL, f"unexpected error: {type(e).__name__}")
+            raise AssertionError("unreachable")  # abort() raises
+        return call
+
+
+def _host_of(peer: str) -> str:
+    """``ipv4:127.0.0.1:5000`` -> ``127.0.0.1``; ``ipv6:[::1]:5000`` -> ``::1``; else as given."""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv6" and rest.startswith("[") and "]" in rest:
+        return rest[1:rest.index("]")]
+    if kind == "ipv4":
+        return rest.rpartition(":")[0]
+    return peer
