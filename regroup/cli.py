@@ -39,6 +39,23 @@ def bench_heartbeat(
     run_heartbeat_bench(members=members, json_output=json_output)
 
 
+@app.command("demo")
+def demo(
+    members: int = typer.Option(3, min=1, help="Consumer processes at the start."),
+    partitions: int = typer.Option(12, min=1, help="Partitions of the demo topic."),
+    rate: int = typer.Option(2_000, min=1, help="Records produced per second."),
+    duration: float = typer.Option(60.0, min=12, help="Seconds of workload (the events are spread over it)."),
+    keep: bool = typer.Option(False, help="Keep the data directory for inspection."),
+    json_output: bool = typer.Option(False, "--json", help="Print the results as one JSON object."),
+) -> None:
+    """The main job: a consumer group of real processes scales out, in, rolls and survives kill -9."""
+    from regroup.demo.consumer_demo import run_consumer_demo
+
+    result = run_consumer_demo(members, partitions, rate, duration, json_output, keep)
+    if result["lost"]:
+        raise typer.Exit(1)
+
+
 @app.command("walkthrough")
 def walkthrough(
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of text."),

@@ -9,6 +9,17 @@ if ! "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)
   echo "regroup needs Python 3.11 or newer; set PYTHON=/path/to/python3.11" >&2
   exit 1
 fi
+# Java 17 for PySpark (the Spark source and demo): install it with apt when missing and we are root.
+if ! java -version 2>&1 | grep -qE 'version "(17|2[0-9])'; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing OpenJDK 17 (for PySpark) with apt-get..."
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+  else
+    echo "note: Java 17 was not found; PySpark needs it. Install it (e.g. sudo apt-get install" \
+         "openjdk-17-jre-headless); everything else works without it." >&2
+  fi
+fi
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi

@@ -36,3 +36,14 @@ def test_heartbeat_bench_prints_figures() -> None:
     result = run("bench", "heartbeat", "--members", "200", "--json")
     assert result["members"] == 200
     assert result["us_per_heartbeat_delta"] > 0 and result["heartbeats_per_second_one_core"] > 0
+
+
+def test_demo_loses_nothing() -> None:
+    """The main job, short: real coordinator and consumer processes; scale out, in, roll, kill -9."""
+    result = run("demo", "--duration", "24", "--rate", "1000", "--json")
+    assert result["lost"] == 0 and result["produced"] == result["in_log"] > 0
+    assert result["unique_processed"] == result["produced"]
+    assert [e["event"].split(":")[0] for e in result["events"]] == [
+        "scale out", "scale in", "roll the static member", "kill -9 a member"]
+    roll = result["events"][2]
+    assert roll["group_epoch_after"] == roll["group_epoch_before"], "a static roll must not bump the epoch"

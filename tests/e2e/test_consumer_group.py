@@ -56,7 +56,7 @@ class Cluster:
         self.produced += n
 
     def start(self, name: str, instance: str | None = None) -> None:
-        args = [sys.executable, "-m", "tests.e2e.worker", self.server.address, str(self.log_dir), "g",
+        args = [sys.executable, "-m", "regroup.demo.worker", self.server.address, str(self.log_dir), "g",
                 str(self.tmp / f"{name}.out")]
         if instance:
             args += ["--instance", instance]

@@ -1,6 +1,6 @@
-"""A consumer process for end-to-end tests: reads, records what it processed, commits.
+"""A consumer process of the demo and the end-to-end tests: reads, records what it processed, commits.
 
-Usage: python -m tests.e2e.worker COORDINATOR LOG_DIR GROUP OUT_FILE [--instance ID]
+Usage: python -m regroup.demo.worker COORDINATOR LOG_DIR GROUP OUT_FILE [--instance ID] [--topic T]
 
 Each processed record is appended to OUT_FILE as "partition offset" (flushed before the commit, so a
 record is on disk before its offset is committed). Events (assign, revoke, lost, commit-refused) go to
