@@ -47,3 +47,9 @@ def test_demo_loses_nothing() -> None:
         "scale out", "scale in", "roll the static member", "kill -9 a member"]
     roll = result["events"][2]
     assert roll["group_epoch_after"] == roll["group_epoch_before"], "a static roll must not bump the epoch"
+
+
+def test_rebalance_bench_grow_runs_real_processes() -> None:
+    result = run("bench", "rebalance", "--scenario", "grow", "--added", "90", "--json")
+    grow = result["grow"]
+    assert grow["partitions_added"] == 90 and 0 < grow["seconds_to_stable"] < 60
