@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from regroup import admin
+from regroup.sim.commands import sim_app
 
 app = typer.Typer(help="regroup: next-generation consumer-group rebalancing.", no_args_is_help=True)
 bench_app = typer.Typer(help="Benchmarks that print figures (add --json for machine-readable output).",
@@ -15,6 +16,7 @@ app.add_typer(admin.offsets_app, name="offsets")
 app.add_typer(admin.topics_app, name="topics")
 app.command("produce")(admin.produce)
 app.command("coordinator")(admin.coordinator)
+app.add_typer(sim_app, name="sim")
 
 
 @bench_app.command("assignors")

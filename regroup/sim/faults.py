@@ -1,0 +1,163 @@
+"""Random fault plans for the invariant sweep: everything a seed decides, drawn up front.
+
+A `FaultPlan` is a small group (2-6 members, each static or dynamic), its topics, a faulty network
+(latency tail, drops, duplicates, hold-ups, lost nudges) and a list of timed events during the churn
+window: crashes (mostly followed by a restart), graceful shutdowns and restarts, new members,
+network partitions of one member, slow batches, coordinator restarts, partitions added to a topic
+and a topic created. Every fault ends by the *quiet time*; after it only latency remains, and the
+group must settle within the liveness bound.
+
+Events that no longer apply when their time comes (crashing a process that is down, restarting one
+that is up) do nothing, so any plan is valid.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from regroup.sim.kip848 import Kip848System
+from regroup.sim.network import NetworkConfig
+
+#: When the first fault may strike: the group forms first.
+CHURN_START_MS = 15_000
+
+KINDS = ("crash", "shutdown", "join", "stall", "cut", "coordinator", "grow", "create")
+_WEIGHTS = (3.0, 2.0, 1.0, 2.0, 2.0, 1.5, 1.0, 0.5)
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedEvent:
+    at_ms: int
+    kind: str
+    slot: str = ""
+    #: Duration (stall, cut, coordinator downtime), restart delay (-1: none), or partition count.
+    value: int = 0
+    static: bool = False
+    topic: str = ""
+
+    def __str__(self) -> str:
+        detail = {
+            "crash": f"{self.slot}" + (f", restart after {self.value} ms" if self.value >= 0 else ""),
+            "shutdown": f"{self.slot}" + (f", restart after {self.value} ms" if self.value >= 0 else ""),
+            "join": f"{self.slot}" + (" (static)" if self.static else ""),
+            "stall": f"{self.slot} for {self.value} ms",
+            "cut": f"{self.slot} for {self.value} ms",
+            "coordinator": f"down for {self.value} ms",
+            "grow": f"{self.topic} to {self.value} partitions",
+            "create": f"{self.topic} with {self.value} partitions",
+        }[self.kind]
+        return f"t={self.at_ms:>7} {self.kind:<11} {detail}"
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    seed: int
+    members: tuple[tuple[str, bool], ...]
+    topics: tuple[tuple[str, int], ...]
+    subscribed: tuple[str, ...]
+    network: NetworkConfig
+    events: tuple[PlannedEvent, ...]
+    quiet_at_ms: int
+    #: regroup (nudges) or KIP-848 as Kafka ships it (heartbeats only): the same core either way.
+    nudges: bool = True
+
+    def describe(self) -> list[str]:
+        n = self.network
+        lines = [
+            f"seed {self.seed}: members "
+            + ", ".join(f"{s}{' (static)' if st else ''}" for s, st in self.members)
+            + "; topics " + ", ".join(f"{t}:{p}" for t, p in self.topics),
+            f"network: latency {n.latency_min_ms}+lognormal(median {n.latency_median_ms:.1f} ms, "
+            f"sigma {n.latency_sigma:.2f}); drop request {n.drop_request:.3f}, response "
+            f"{n.drop_response:.3f}, nudge {n.drop_nudge:.2f}; duplicate {n.duplicate_request:.3f}; "
+            f"hold-up {n.delay_probability:.3f} up to {n.delay_max_ms} ms; "
+            + ("nudges on (regroup)" if self.nudges else "nudges off (KIP-848 as Kafka ships it)"),
+        ]
+        lines += [str(e) for e in self.events]
+        lines.append(f"t={self.quiet_at_ms:>7} quiet: faults stop")
+        return lines
+
+
+def make_plan(seed: int, duration_ms: int, events: int, stale_requests: bool = False) -> FaultPlan:
+    """The plan of ``seed``: a churn window of ``duration_ms`` with ``events`` faults.
+
+    ``stale_requests`` lets hold-ups delay requests too, past their sender's timeout.
+    """
+    rng = random.Random(f"plan-{seed}")
+    slots = [f"m{i}" for i in range(rng.randint(2, 6))]
+    members = tuple((s, rng.random() < 0.5) for s in slots)
+    orders = rng.randint(2, 12)
+    net = NetworkConfig(
+        latency_min_ms=1, latency_median_ms=rng.uniform(0.5, 20.0), latency_sigma=rng.uniform(0.2, 1.2),
+        latency_max_ms=2_000,
+        drop_request=rng.choice((0.0, rng.uniform(0.0, 0.05))),
+        drop_response=rng.choice((0.0, rng.uniform(0.0, 0.05))),
+        duplicate_request=rng.choice((0.0, rng.uniform(0.0, 0.08))),
+        delay_probability=rng.uniform(0.01, 0.05) if stale_requests else rng.choice(
+            (0.0, rng.uniform(0.0, 0.02))),
+        delay_max_ms=rng.randint(500, 15_000),
+        drop_nudge=rng.uniform(0.0, 0.3),
+        stale_requests=stale_requests,
+    )
+    nudges = rng.random() < 0.7
+    quiet = CHURN_START_MS + duration_ms
+    planned: list[PlannedEvent] = []
+    created = False
+    for _ in range(events):
+        at = rng.randint(CHURN_START_MS, quiet - 1)
+        room = quiet - at
+        kind = rng.choices(KINDS, _WEIGHTS)[0]
+        slot = rng.choice(slots)
+        if kind in ("crash", "shutdown"):
+            restart = rng.randint(200, 50_000) if rng.random() < 0.8 else -1
+            if restart >= room:
+                restart = rng.randint(0, max(0, room - 1)) if rng.random() < 0.5 else -1
+            planned.append(PlannedEvent(at, kind, slot, restart))
+        elif kind == "join":
+            new = f"m{len(slots)}"
+            slots.append(new)
+            planned.append(PlannedEvent(at, kind, new, static=rng.random() < 0.5))
+        elif kind in ("stall", "cut"):
+            planned.append(PlannedEvent(at, kind, slot, min(rng.randint(500, 60_000), room)))
+        elif kind == "coordinator":
+            planned.append(PlannedEvent(at, kind, value=min(rng.randint(0, 10_000), room)))
+        elif kind == "grow":
+            planned.append(PlannedEvent(at, kind, topic="orders", value=rng.randint(1, 6)))  # added
+        elif not created:
+            created = True
+            planned.append(PlannedEvent(at, "create", topic="payments", value=rng.randint(1, 6)))
+    planned.sort(key=lambda e: e.at_ms)
+    # Growth was drawn as partitions added; in time order it becomes the new partition count.
+    partitions = orders
+    for i, e in enumerate(planned):
+        if e.kind == "grow":
+            partitions += e.value
+            planned[i] = PlannedEvent(e.at_ms, "grow", topic="orders", value=partitions)
+    return FaultPlan(seed, members, (("orders", orders),), ("orders", "payments"), net, tuple(planned), quiet,
+                     nudges)
+
+
+def apply_event(system: Kip848System, event: PlannedEvent) -> None:
+    """Carry out one planned event on the running system."""
+    actions: dict[str, Callable[[], None]] = {
+        "crash": lambda: _crash(system, event),
+        "shutdown": lambda: system.shutdown(event.slot, event.value if event.value >= 0 else None),
+        "join": lambda: system.add_member(event.slot, event.static),
+        "stall": lambda: system.stall(event.slot, event.value, end_by=event.at_ms + event.value),
+        "cut": lambda: system.cut(event.slot, event.value),
+        "coordinator": lambda: system.restart_coordinator(event.value),
+        "grow": lambda: system.grow_topic(event.topic, event.value),
+        "create": lambda: system.grow_topic(event.topic, event.value),
+    }
+    actions[event.kind]()
+
+
+def _crash(system: Kip848System, event: PlannedEvent) -> None:
+    member = system.members.get(event.slot)
+    if member is None or not member.alive:
+        return
+    system.crash(event.slot)
+    if event.value >= 0:
+        system.engine.after(event.value, f"{event.slot}: restart", lambda: system.restart(event.slot))

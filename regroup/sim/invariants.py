@@ -1,0 +1,367 @@
+"""The invariants, checked at every event of a simulation.
+
+The checker is fed observations and never looks at the simulator itself, so a test can hand it a bad
+trace and see it object. Two kinds of observations:
+
+* from the consumers (`ShardObserver`): who acquires, processes and releases which shard;
+* from the coordinator: every record it emits (the durable facts, in order) and, after a restart,
+  the state it rebuilt.
+
+Invariants (docs/simulation.md explains each):
+
+``single-owner``
+    a shard is held by at most one consumer process at a time (acquire .. release), and is in at most
+    one member's assigned ∪ pending-revocation set in the coordinator's state;
+``revoke-before-assign``
+    the coordinator gives a member a shard only when no other member holds it any more;
+``epochs-monotonic``
+    group and target epochs never go back, ``member epoch ≤ target epoch ≤ group epoch``, a member's
+    epoch never goes back while it is in the group (coordinator side) nor, short of rejoining from
+    0, on the member's side;
+``offsets-monotonic``
+    a committed offset never goes back, and never runs ahead of what was processed;
+``at-least-once``
+    processing never skips a record (no gap), and by the end every record is processed;
+``exactly-once``
+    a record is processed twice only if an *unclean* hand-off (crash, fencing, lost membership, failed
+    commit) happened after it was first processed: clean hand-offs duplicate nothing;
+``replay``
+    a coordinator rebuilt from its records (or from a snapshot) equals the one that wrote them;
+``liveness``
+    once churn stops, every shard is owned and every member stable within a bound, and stays so;
+``protocol``
+    no exception, no fatal error and no driver misuse reported by the state machines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from regroup.protocol.records import (
+    CurrentAssignment,
+    CurrentAssignmentRecord,
+    GroupEpochRecord,
+    OffsetRecord,
+    Record,
+    TargetEpochRecord,
+)
+from regroup.protocol.shard import Shard
+from regroup.protocol.state import Group
+
+SINGLE_OWNER = "single-owner"
+REVOKE_BEFORE_ASSIGN = "revoke-before-assign"
+EPOCHS_MONOTONIC = "epochs-monotonic"
+OFFSETS_MONOTONIC = "offsets-monotonic"
+AT_LEAST_ONCE = "at-least-once"
+EXACTLY_ONCE = "exactly-once"
+REPLAY = "replay"
+LIVENESS = "liveness"
+PROTOCOL = "protocol"
+
+ALL_INVARIANTS = (SINGLE_OWNER, REVOKE_BEFORE_ASSIGN, EPOCHS_MONOTONIC, OFFSETS_MONOTONIC, AT_LEAST_ONCE,
+                  EXACTLY_ONCE, REPLAY, LIVENESS, PROTOCOL)
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    at_ms: int
+    invariant: str
+    message: str
+    #: The shard concerned, when there is one.
+    shard: Shard | None = None
+    #: The id of the known core issue this is attributed to (regroup.sim.known_issues), if any.
+    known: str | None = None
+
+    def __str__(self) -> str:
+        tag = f" (known issue {self.known})" if self.known else ""
+        return f"t={self.at_ms} ms [{self.invariant}]{tag} {self.message}"
+
+
+@dataclass
+class _GroupView:
+    """The coordinator's state as far as the invariants need it, rebuilt from its records."""
+
+    epoch: int = 0
+    target_epoch: int = 0
+    current: dict[str, CurrentAssignment] = field(default_factory=dict)
+    holders: dict[Shard, set[str]] = field(default_factory=dict)
+    offsets: dict[Shard, int] = field(default_factory=dict)
+
+
+@dataclass
+class _Hazard:
+    """A known issue armed on a shard: violations on it are the issue's until ``until`` — or, once it
+    struck, until no process holds the shard any more."""
+
+    issue: str
+    until: int
+    struck: bool = False
+
+
+def _epoch_of(c: CurrentAssignment) -> int:
+    """A member's real epoch: a static member away (-2) keeps the one it had."""
+    return c.previous_epoch if c.epoch == -2 else c.epoch
+
+
+class InvariantChecker:
+    """Collects `Violation`s from the observations it is fed."""
+
+    def __init__(self, max_violations: int = 50) -> None:
+        self.violations: list[Violation] = []
+        self.max_violations = max_violations
+        #: Violations attributed to known issues (not counted in `violations`).
+        self.known: list[Violation] = []
+        self._hazards: dict[Shard, _Hazard] = {}
+        #: Consumer processes holding each shard (acquire .. release); more than one is a violation.
+        self.holders: dict[Shard, set[str]] = {}
+        #: Processes the coordinator fenced while they held a shard and that have not noticed yet.
+        self.zombies: dict[Shard, set[str]] = {}
+        self.zombie_records = 0
+        #: Offsets below this were processed at least once.
+        self.processed_hw: dict[Shard, int] = {}
+        #: Offsets below this may be processed again (an unclean hand-off happened after them).
+        self.unclean_hw: dict[Shard, int] = {}
+        self.duplicates = 0
+        self.clean_handoffs = 0
+        self.unclean_handoffs = 0
+        #: Time of the last acquire or release (stability checks).
+        self.last_ownership_change = 0
+        self._groups: dict[str, _GroupView] = {}
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def fail(self, t: int, invariant: str, message: str, shard: Shard | None = None) -> None:
+        hazard = self._hazards.get(shard) if shard is not None else None
+        if hazard is not None and (hazard.struck or t <= hazard.until):
+            hazard.struck = True  # the episode lasts until every process involved let go
+            if len(self.known) < self.max_violations:
+                self.known.append(Violation(t, invariant, message, shard, hazard.issue))
+            return
+        if len(self.violations) < self.max_violations:
+            self.violations.append(Violation(t, invariant, message, shard))
+
+    def hazard(self, t: int, issue: str, shards: Iterable[Shard], window_ms: int) -> None:
+        """A known issue's precondition happened on ``shards``: attribute what follows to it.
+
+        Violations on those shards within ``window_ms`` are the issue's; once it has struck, so is
+        everything on the shard until no process holds it any more.
+        """
+        for s in shards:
+            self._hazards[s] = _Hazard(issue, t + window_ms)
+
+    def holder(self, shard: Shard) -> str | None:
+        """The process holding ``shard`` (one of them, if the invariant is broken)."""
+        holders = self.holders.get(shard)
+        return min(holders) if holders else None
+
+    # ---------------------------------------------------------------- consumers
+    def on_acquire(self, t: int, owner: str, shard: Shard) -> None:
+        holders = self.holders.setdefault(shard, set())
+        others = sorted(holders - {owner})
+        if others:
+            self.fail(t, SINGLE_OWNER, f"{owner} takes {shard} while {', '.join(others)} still holds it",
+                      shard)
+        holders.add(owner)
+        self.last_ownership_change = t
+
+    def on_activate(self, t: int, owner: str, shard: Shard, offset: int) -> None:
+        if owner not in self.holders.get(shard, ()):
+            self.fail(t, SINGLE_OWNER, f"{owner} starts {shard} without holding it", shard)
+        hw = self.processed_hw.get(shard, 0)
+        if offset > hw:
+            self.fail(t, AT_LEAST_ONCE, f"{owner} starts {shard} at offset {offset}, but only offsets below "
+                                        f"{hw} were processed: records {hw}..{offset - 1} skipped", shard)
+
+    def on_fenced(self, t: int, owner: str) -> None:
+        """The coordinator fenced ``owner`` (a timeout): what it still holds may be given away.
+
+        Until it notices, it is a zombie: its processing is wasted work (it can no longer commit),
+        counted but not held against the invariants, and its shards' hand-off is unclean.
+        """
+        for shard in sorted(s for s, hs in self.holders.items() if owner in hs):
+            holders = self.holders[shard]
+            holders.discard(owner)
+            if not holders:
+                del self.holders[shard]
+            self.zombies.setdefault(shard, set()).add(owner)
+            self.unclean_handoffs += 1
+            hw = self.processed_hw.get(shard, 0)
+            if hw > self.unclean_hw.get(shard, 0):
+                self.unclean_hw[shard] = hw
+            self.last_ownership_change = t
+
+    def _zombie(self, owner: str, shard: Shard) -> bool:
+        zombies = self.zombies.get(shard)
+        return zombies is not None and owner in zombies
+
+    def on_processed(self, t: int, owner: str, shard: Shard, lo: int, hi: int) -> None:
+        if hi <= lo:
+            return
+        if self._zombie(owner, shard):
+            self.zombie_records += hi - lo
+            self.duplicates += hi - lo
+            return
+        if owner not in self.holders.get(shard, ()):
+            self.fail(t, SINGLE_OWNER, f"{owner} processed {shard} [{lo}, {hi}) without holding it "
+                                       f"(holder: {self.holder(shard)})", shard)
+        hw = self.processed_hw.get(shard, 0)
+        if lo > hw:
+            self.fail(t, AT_LEAST_ONCE, f"{owner} processed {shard} from {lo}, but only offsets below "
+                                        f"{hw} were processed before: a gap", shard)
+        dup_hi = min(hi, hw)
+        if lo < dup_hi:
+            self.duplicates += dup_hi - lo
+            allowed = self.unclean_hw.get(shard, 0)
+            if dup_hi > allowed:
+                self.fail(t, EXACTLY_ONCE,
+                          f"{owner} processed {shard} [{max(lo, allowed)}, {dup_hi}) again, though no "
+                          f"unclean hand-off happened after they were processed (duplicates allowed "
+                          f"below {allowed})", shard)
+        if hi > hw:
+            self.processed_hw[shard] = hi
+
+    def on_stop(self, t: int, owner: str, shard: Shard) -> None:
+        pass
+
+    def on_release(self, t: int, owner: str, shard: Shard, clean: bool) -> None:
+        if self._zombie(owner, shard):
+            zombies = self.zombies[shard]
+            zombies.discard(owner)
+            if not zombies:
+                del self.zombies[shard]
+            return
+        holders = self.holders.get(shard)
+        if holders is None or owner not in holders:
+            self.fail(t, SINGLE_OWNER, f"{owner} releases {shard}, held by {self.holder(shard)}", shard)
+        else:
+            holders.discard(owner)
+            if not holders:
+                del self.holders[shard]
+                hazard = self._hazards.get(shard)
+                if hazard is not None and hazard.struck:
+                    del self._hazards[shard]  # the episode is over
+        if clean:
+            self.clean_handoffs += 1
+        else:
+            self.unclean_handoffs += 1
+            hw = self.processed_hw.get(shard, 0)
+            if hw > self.unclean_hw.get(shard, 0):
+                self.unclean_hw[shard] = hw
+        self.last_ownership_change = t
+
+    def member_epoch(self, t: int, owner: str, old: int, new: int) -> None:
+        """A member state machine's epoch moved from ``old`` to ``new``."""
+        if new < old and new != 0:
+            self.fail(t, EPOCHS_MONOTONIC, f"member {owner}'s epoch went back from {old} to {new} "
+                                           "without rejoining")
+
+    def all_processed(self, t: int, ends: Mapping[Shard, int]) -> None:
+        """End of run: every record below ``ends[shard]`` must have been processed."""
+        for shard, end in sorted(ends.items()):
+            hw = self.processed_hw.get(shard, 0)
+            if hw < end:
+                self.fail(t, AT_LEAST_ONCE, f"{shard}: records {hw}..{end - 1} were never processed", shard)
+
+    # ---------------------------------------------------------------- coordinator
+    def records(self, t: int, records: Iterable[Record]) -> None:
+        """Records of one coordinator step, in the order they were emitted."""
+        touched: set[tuple[str, Shard]] = set()
+        for r in records:
+            view = self._groups.setdefault(r.group_id, _GroupView())
+            if isinstance(r, GroupEpochRecord):
+                self._group_epoch(t, r, view)
+            elif isinstance(r, TargetEpochRecord):
+                if r.target_epoch < view.target_epoch:
+                    self.fail(t, EPOCHS_MONOTONIC, f"group {r.group_id}: target epoch went back from "
+                                                   f"{view.target_epoch} to {r.target_epoch}")
+                if r.target_epoch > view.epoch:
+                    self.fail(t, EPOCHS_MONOTONIC, f"group {r.group_id}: target epoch {r.target_epoch} "
+                                                   f"is ahead of the group epoch {view.epoch}")
+                view.target_epoch = r.target_epoch
+            elif isinstance(r, CurrentAssignmentRecord):
+                touched.update((r.group_id, s) for s in self._current(t, r, view))
+            elif isinstance(r, OffsetRecord):
+                self._offset(t, r, view)
+        for gid, shard in sorted(touched):
+            holders = self._groups[gid].holders.get(shard)
+            if holders is not None and len(holders) > 1:
+                self.fail(t, SINGLE_OWNER, f"group {gid}: {shard} is held by {sorted(holders)} in the "
+                                           "coordinator's state", shard)
+
+    def _group_epoch(self, t: int, r: GroupEpochRecord, view: _GroupView) -> None:
+        if r.epoch is None:
+            self._groups.pop(r.group_id, None)
+            return
+        if r.epoch < view.epoch:
+            self.fail(t, EPOCHS_MONOTONIC, f"group {r.group_id}: group epoch went back from {view.epoch} "
+                                           f"to {r.epoch}")
+        view.epoch = r.epoch
+
+    def _current(self, t: int, r: CurrentAssignmentRecord, view: _GroupView) -> set[Shard]:
+        mid = r.member_id
+        old = view.current.pop(mid, None)
+        touched: set[Shard] = set()
+        if old is not None:
+            for s in old.assigned | old.pending_revocation:
+                holders = view.holders.get(s)
+                if holders is not None:
+                    holders.discard(mid)
+                    if not holders:
+                        del view.holders[s]
+        new = r.current
+        if new is None:
+            return touched
+        gained = new.assigned - old.assigned if old is not None else new.assigned
+        for s in sorted(gained):
+            others = view.holders.get(s)
+            if others:
+                self.fail(t, REVOKE_BEFORE_ASSIGN,
+                          f"group {r.group_id}: {mid} is given {s} while {sorted(others)} still hold it", s)
+        epoch = _epoch_of(new)
+        if old is not None and epoch < _epoch_of(old) and new.epoch != -2:
+            self.fail(t, EPOCHS_MONOTONIC, f"group {r.group_id}: member {mid}'s epoch went back from "
+                                           f"{_epoch_of(old)} to {epoch}")
+        if epoch > view.target_epoch and new.epoch != -2:
+            self.fail(t, EPOCHS_MONOTONIC, f"group {r.group_id}: member {mid} is at epoch {epoch}, ahead "
+                                           f"of the target epoch {view.target_epoch}")
+        view.current[mid] = new
+        for s in new.assigned | new.pending_revocation:
+            view.holders.setdefault(s, set()).add(mid)
+            touched.add(s)
+        return touched
+
+    def _offset(self, t: int, r: OffsetRecord, view: _GroupView) -> None:
+        if r.offset is None:
+            view.offsets.pop(r.shard, None)
+            return
+        prev = view.offsets.get(r.shard)
+        if prev is not None and r.offset < prev:
+            self.fail(t, OFFSETS_MONOTONIC, f"group {r.group_id}: committed offset of {r.shard} went back "
+                                            f"from {prev} to {r.offset}", r.shard)
+        hw = self.processed_hw.get(r.shard, 0)
+        if r.offset > hw:
+            self.fail(t, OFFSETS_MONOTONIC, f"group {r.group_id}: offset {r.offset} committed for "
+                                            f"{r.shard}, but only offsets below {hw} were processed", r.shard)
+        view.offsets[r.shard] = r.offset
+
+    def recovered(self, t: int, before: Mapping[str, Group], after: Mapping[str, Group], how: str) -> None:
+        """A coordinator rebuilt (``how``: from its records, or from a snapshot) must equal the old one."""
+        if dict(before) == dict(after):
+            return
+        diffs: list[str] = []
+        for gid in sorted(set(before) | set(after)):
+            b, a = before.get(gid), after.get(gid)
+            if b == a:
+                continue
+            if b is None or a is None:
+                diffs.append(f"group {gid} {'missing' if a is None else 'appeared'}")
+                continue
+            for name in ("epoch", "target_epoch", "assignor", "subscribed_topics", "members", "current",
+                         "target", "offsets", "static_members", "owners"):
+                if getattr(b, name) != getattr(a, name):
+                    diffs.append(f"group {gid}: {name} differs")
+        self.fail(t, REPLAY, f"the coordinator rebuilt {how} differs from the one that wrote them: "
+                             + "; ".join(diffs[:5]))
