@@ -551,7 +551,10 @@ class MemberStateMachine:
         self._acked = _Sent(
             topics=prev.topics if req.subscribed_topics is None else req.subscribed_topics,
             regex=prev.regex if req.subscribed_regex is None else req.subscribed_regex,
-            owned=prev.owned if req.owned is None else req.owned,
+            # A join's "owns nothing" is not taken as a report by a coordinator that already knew
+            # us (it cannot tell a retry from a stale duplicate), so owned goes out again next time.
+            owned=None if req.member_epoch == JOIN_EPOCH else (
+                prev.owned if req.owned is None else req.owned),
         )
         if req.owned is not None:
             self._reported = req.owned

@@ -124,6 +124,13 @@ SLOW_RTO_MS = 12_000  # < session timeout: a slow revocation can outlast it betw
 SETTLE_ROUNDS = 4
 MAX_CONVERGE_ROUNDS = math.ceil(SESSION_MS / INTERVAL_MS) + 1 + SETTLE_ROUNDS
 
+#: Known core bugs the model tolerates, narrowly, so that everything else keeps being checked. Each
+#: has a strict xfail regression test at the end of this file; when it starts passing, drop it here.
+#: (Empty: "join-owned-never-reported" was fixed — the member resends owned after any join.)
+KNOWN_BUGS: frozenset[str] = frozenset()
+#: Extra teardown rounds allowed while (and only while) a member is stuck that way.
+STUCK_ROUNDS = math.ceil(FAST_RTO_MS / INTERVAL_MS) + 1
+
 _TERMINAL = frozenset({MemberState.LEFT, MemberState.FATAL})
 _IN_GROUP = frozenset({MemberState.RECONCILING, MemberState.ACKNOWLEDGING, MemberState.STABLE})
 
@@ -1136,7 +1143,10 @@ class GroupMachine(RuleBasedStateMachine):
                     p.dead = True
         last_change = 0
         epoch = capture(self.coord).epoch
-        for r in range(1, MAX_CONVERGE_ROUNDS + 1):
+        bound, stuck = MAX_CONVERGE_ROUNDS, 0
+        r = 0
+        while r < bound:
+            r += 1
             self._round()
             v = capture(self.coord)
             if v.epoch != epoch:
@@ -1147,8 +1157,23 @@ class GroupMachine(RuleBasedStateMachine):
                 assert r - last_change <= SETTLE_ROUNDS, (
                     f"converged {r - last_change} rounds after the last epoch change (> {SETTLE_ROUNDS})")
                 return
-        raise AssertionError(f"liveness: not converged after {MAX_CONVERGE_ROUNDS} rounds of "
-                             f"{INTERVAL_MS} ms: {problem}; processes {self.procs}")
+            if "join-owned-never-reported" in KNOWN_BUGS and self._stuck_after_join(v):
+                event("liveness: a member stuck UNREVOKED after a join (known bug)")
+                stuck += 1
+                bound = MAX_CONVERGE_ROUNDS + min(stuck, STUCK_ROUNDS)
+                last_change = r  # the stall ends with a fencing, from which SETTLE_ROUNDS count
+        raise AssertionError(f"liveness: not converged after {r} rounds of {INTERVAL_MS} ms: {problem}; "
+                             f"processes {self.procs}")
+
+    def _stuck_after_join(self, v: View) -> bool:
+        """KNOWN_BUGS "join-owned-never-reported": a member UNREVOKED at the coordinator whose
+        process holds none of the shards to revoke and has nothing left to do."""
+        for p in self.procs:
+            c = v.current.get(p.mid)
+            if (p.running and c is not None and c.status is MemberStatus.UNREVOKED
+                    and p.sm.state is MemberState.STABLE and not (p.processing & c.pending_revocation)):
+                return True
+        return False
 
     def _not_converged(self, v: View) -> str | None:
         # A process whose subscription is empty and that is not in the group does not ask to be.
@@ -1394,7 +1419,8 @@ def test_range_group_long() -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# Regression tests for core bugs the machines above found (both fixed in b69321d)
+# Regression tests for core bugs the machines above found. The first two were fixed in b69321d
+# (found independently by the simulator); the last one is open (see KNOWN_BUGS).
 
 
 def test_recovery_keeps_static_member_away_until_its_session_expires() -> None:
@@ -1425,3 +1451,27 @@ def test_second_revocation_gets_a_fresh_rebalance_timeout() -> None:
     assert h.group().current["a"].status is MemberStatus.UNREVOKED  # ...and must now revoke one more
     assert h.advance(1_000).fenced == (), "fenced 1 s into its second revocation"
     assert h.coord.next_deadline() == h.now + 9_000
+
+
+def test_join_retry_owning_nothing_releases_at_the_next_heartbeat() -> None:
+    h = Harness(topics={"t": 1})
+    a = MemberStateMachine(GID, "a", subscribed_topics=("t",), rebalance_timeout_ms=60_000)
+
+    def beat(lose: bool = False) -> None:
+        req = a.next_request(h.now)
+        assert req is not None
+        resp = h.send(req)
+        for act in a.request_failed(h.now) if lose else a.on_response(resp, h.now):
+            if isinstance(act, Assign):
+                a.assignment_done(act.shards, h.now)
+
+    beat(lose=True)  # a's join is processed (a gets t-0) but its answer is lost
+    h.ok(h.join("b", instance_id="bi", assignor="range"))  # range puts static b first: t-0 is b's now
+    h.now += 1_000
+    beat()  # a retries its join (epoch 0, owning nothing) and is told to keep nothing
+    for _ in range(2):
+        h.advance(INTERVAL_MS)
+        beat()
+        h.ok(h.hb("b", h.group().current["b"].epoch))
+    assert h.group().current["b"].assigned == shards("t", 0), (
+        f"b still waits for t-0, which no process holds: a is {h.group().current['a']}")
