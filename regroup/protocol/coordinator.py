@@ -280,7 +280,11 @@ class Coordinator:
 
         # The assignment goes out when it changed or the member is out of step; a new epoch alone
         # travels in member_epoch, so a member whose shards do not change has nothing to act on.
-        send = (joining or (nxt.assigned is not cur.assigned and nxt.assigned != cur.assigned)
+        # A full request (owned, subscription and rebalance timeout all set) is how a member that
+        # may have missed an answer resynchronises: it always gets its assignment back.
+        full = req.owned is not None and req.rebalance_timeout_ms is not None and (
+            req.subscribed_topics is not None or req.subscribed_regex is not None)
+        send = (joining or full or (nxt.assigned is not cur.assigned and nxt.assigned != cur.assigned)
                 or (req.owned is not None and req.owned != nxt.assigned))
         delegate = self._pending_delegate(group)
         return ch.outcome(HeartbeatResponse(
