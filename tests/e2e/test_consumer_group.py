@@ -76,7 +76,8 @@ class Cluster:
     def processed(self) -> collections.Counter[tuple[int, int]]:
         counts: collections.Counter[tuple[int, int]] = collections.Counter()
         for f in self.tmp.glob("*.out"):
-            for line in f.read_text().splitlines():
+            # A worker may be mid-write: only complete (newline-terminated) lines count.
+            for line in f.read_text().split("\n")[:-1]:
                 p, o = line.split()
                 counts[(int(p), int(o))] += 1
         return counts
