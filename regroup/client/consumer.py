@@ -18,7 +18,6 @@ partitions is fenced by the coordinator, like Kafka's ``max.poll.interval.ms``.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
 from collections import deque
@@ -30,31 +29,24 @@ from regroup.client.errors import (
     ConsumerClosedError,
     FatalConsumerError,
 )
+from regroup.client.membership import Membership
 from regroup.log import open_log
 from regroup.log.base import ConsumedRecord, PartitionedLog
-from regroup.protocol.errors import ErrorCode
 from regroup.protocol.member import (
     Action,
     Assign,
     ComputeAssignment,
     Fatal,
     Lost,
-    MemberState,
     MemberStateMachine,
     Revoke,
 )
-from regroup.protocol.messages import OffsetCommitRequest, OffsetFetchRequest
 from regroup.protocol.shard import Shard, ShardSet
 from regroup.rpc.client import CoordinatorClient
-from regroup.rpc.errors import CoordinatorUnavailable
 
 log = logging.getLogger("regroup.consumer")
 
 Callback = Callable[["Consumer", set[Shard]], None]
-
-
-def _now_ms() -> int:
-    return int(time.monotonic() * 1000)
 
 
 class Consumer:
@@ -95,29 +87,20 @@ class Consumer:
         self.member_id = member_id or uuid.uuid4().hex
         self._log = open_log(log) if isinstance(log, str) else log
         self._owns_log = isinstance(log, str)
-        self._client = CoordinatorClient(coordinator, token=token, tls_ca=tls_ca)
-        self._machine = MemberStateMachine(
+        machine = MemberStateMachine(
             group_id, self.member_id, instance_id=instance_id, rack_id=rack_id,
             rebalance_timeout_ms=rebalance_timeout_ms, subscribed_topics=tuple(topics),
             subscribed_regex=pattern, assignor=assignor)
         self._on_assign, self._on_revoke, self._on_lost = on_assign, on_revoke, on_lost
         self._reset = auto_offset_reset
         self._max_batch = max_batch_records
-        self._lock = threading.RLock()  # guards the state machine and the action queue
-        self._wake = threading.Event()
-        self._actions: deque[Action] = deque()
         self._positions: dict[Shard, int] = {}  # next offset to read, per owned shard
         self._committed: dict[Shard, int] = {}
         self._buffer: deque[ConsumedRecord] = deque()
         self._rr: deque[Shard] = deque()  # round-robin order of owned shards
         self._fatal: FatalConsumerError | None = None
         self._closed = False
-        self._stream: Any = None  # the open nudge stream, cancelled on close
-        self._heartbeater = threading.Thread(target=self._heartbeat_loop, name="regroup-heartbeat",
-                                             daemon=True)
-        self._watcher = threading.Thread(target=self._watch_loop, name="regroup-nudges", daemon=True)
-        self._heartbeater.start()
-        self._watcher.start()
+        self._membership = Membership(CoordinatorClient(coordinator, token=token, tls_ca=tls_ca), machine)
 
     # ------------------------------------------------------------------ public API
     def poll(self, timeout: float = 1.0) -> ConsumedRecord | None:
@@ -166,22 +149,9 @@ class Consumer:
         """Commit, give the partitions up and leave the group (a static member leaves temporarily)."""
         if self._closed:
             return
-        with self._lock:
-            self._enqueue(self._machine.leave(_now_ms()))
-        self._wake.set()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self._run_actions()
-            with self._lock:
-                if self._machine.state in (MemberState.LEFT, MemberState.FATAL):
-                    break
-            time.sleep(0.005)
+        self._membership.leave(timeout, self._perform_all)
         self._closed = True
-        self._wake.set()
-        if self._stream is not None:
-            self._stream.cancel()
-        self._client.close()
-        self._heartbeater.join(timeout=2)
+        self._membership.close()
         if self._owns_log:
             self._log.close()
 
@@ -193,23 +163,17 @@ class Consumer:
 
     @property
     def member_epoch(self) -> int:
-        with self._lock:
-            return self._machine.epoch
+        return self._membership.epoch
 
     # ------------------------------------------------------------------ actions (user thread)
-    def _enqueue(self, actions: list[Action]) -> None:
-        self._actions.extend(actions)
-
     def _run_actions(self) -> None:
-        while True:
-            with self._lock:
-                if not self._actions:
-                    return
-                action = self._actions.popleft()
+        self._perform_all(self._membership.take_actions())
+
+    def _perform_all(self, actions: list[Action]) -> None:
+        for action in actions:
             self._perform(action)
 
     def _perform(self, action: Action) -> None:
-        now = _now_ms
         if isinstance(action, Revoke):
             shards = set(action.shards)
             if self._on_revoke is not None:
@@ -220,16 +184,12 @@ class Consumer:
             except CommitFailedError as e:  # still release: the coordinator decides what is safe
                 log.warning("commit before revoking %s failed: %s", sorted(map(str, shards)), e)
             self._forget(shards)
-            with self._lock:
-                self._enqueue(self._machine.revocation_done(action.shards, now()))
-            self._wake.set()
+            self._membership.revocation_done(action.shards)
         elif isinstance(action, Assign):
             self._start(action.shards)
             if self._on_assign is not None:
                 self._on_assign(self, set(action.shards))
-            with self._lock:
-                self._enqueue(self._machine.assignment_done(action.shards, now()))
-            self._wake.set()
+            self._membership.assignment_done(action.shards)
         elif isinstance(action, Lost):
             shards = set(action.shards) | set(self._positions)
             self._forget(shards)
@@ -244,11 +204,7 @@ class Consumer:
 
     def _start(self, shards: ShardSet) -> None:
         """Position new shards at the group's committed offsets (or per auto_offset_reset)."""
-        with self._lock:
-            epoch = self._machine.epoch
-        resp = self._client.fetch_offsets(OffsetFetchRequest(
-            self.group_id, self.member_id, epoch, tuple(sorted(shards))))
-        committed = {s: c.offset for s, c in resp.offsets.items()} if resp.error is ErrorCode.NONE else {}
+        committed = self._membership.fetch_committed(shards)
         ends: dict[str, dict[int, int]] = {}
         for s in sorted(shards):
             if s in committed:
@@ -289,21 +245,8 @@ class Consumer:
             offsets = {s: o for s, o in offsets.items() if self._committed.get(s, -1) < o}
         if not offsets:
             return
-        for attempt in range(2):
-            with self._lock:
-                epoch = self._machine.epoch
-            try:
-                ack = self._client.commit_offsets(OffsetCommitRequest(
-                    self.group_id, self.member_id, epoch, offsets))
-            except CoordinatorUnavailable as e:
-                raise CommitFailedError(f"coordinator unavailable: {e}") from e
-            if ack.error is ErrorCode.NONE:
-                self._committed.update(offsets)
-                return
-            if ack.error is ErrorCode.STALE_MEMBER_EPOCH and attempt == 0:
-                time.sleep(0.05)  # a new epoch is on its way in a heartbeat response
-                continue
-            raise CommitFailedError(ack.message, ack.error)
+        self._membership.commit(offsets)
+        self._committed.update(offsets)
 
     def _check_usable(self) -> None:
         if self._closed:
@@ -311,55 +254,5 @@ class Consumer:
         if self._fatal is not None:
             raise self._fatal
 
-    # ------------------------------------------------------------------ background threads
-    def _heartbeat_loop(self) -> None:
-        while not self._closed:
-            now = _now_ms()
-            with self._lock:
-                self._enqueue(self._machine.tick(now))
-                req = self._machine.next_request(now)
-                if self._machine.state in (MemberState.LEFT, MemberState.FATAL) and req is None:
-                    return
-            if req is not None:
-                try:
-                    resp = self._client.heartbeat(req)
-                except CoordinatorUnavailable as e:
-                    log.info("heartbeat failed: %s", e)
-                    with self._lock:
-                        self._enqueue(self._machine.request_failed(_now_ms()))
-                else:
-                    with self._lock:
-                        self._enqueue(self._machine.on_response(resp, _now_ms()))
-                continue
-            with self._lock:
-                at = self._machine.next_heartbeat_at()
-                deadline = self._machine.session_deadline()
-            wait_ms = min(x for x in (at, deadline, now + 1000) if x is not None) - now
-            self._wake.wait(max(0, wait_ms) / 1000)
-            self._wake.clear()
-
-    def _watch_loop(self) -> None:
-        backoff = 0.1
-        while not self._closed:
-            try:
-                self._stream = self._client.watch(self.group_id, self.member_id)
-                for _ in self._stream:
-                    backoff = 0.1
-                    with self._lock:
-                        self._machine.nudge(_now_ms())
-                    self._wake.set()
-                    if self._closed:
-                        return
-            except CoordinatorUnavailable:
-                pass
-            except Exception as e:  # the nudge stream is an optimisation: never let it kill us
-                if self._closed:
-                    return
-                log.debug("nudge stream ended: %s", e)
-            time.sleep(backoff)
-            backoff = min(backoff * 2, 2.0)
-
     def _debug_state(self) -> dict[str, Any]:
-        with self._lock:
-            return {"state": self._machine.state.value, "epoch": self._machine.epoch,
-                    "owned": sorted(map(str, self._machine.owned))}
+        return self._membership.debug_state()
