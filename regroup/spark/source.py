@@ -1,0 +1,104 @@
+"""``spark.readStream.format("regroup")``: a streaming query that is a member of a regroup group.
+
+Spark's Python data source API splits a source in two:
+
+* the driver-side reader (``initialOffset``, ``latestOffset``, ``partitions``, ``commit``) runs in one
+  long-lived Python process per query; it owns the group membership (`QueryMember`), created lazily on
+  the first call because Spark also builds and pickles copies of the reader for planning — those
+  must not join the group;
+* ``read`` runs in Spark's Python workers, one call per input partition: it opens the log and yields
+  Arrow record batches of one offset range, straight from the log's columns.
+
+Offsets in Spark's checkpoint are `BatchOffset` JSON (see `regroup.protocol.microbatch`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.types import StructType
+
+from regroup.protocol.microbatch import BatchOffset, split_ranges
+from regroup.protocol.shard import Shard
+from regroup.spark.member import QueryMember
+from regroup.spark.options import SourceOptions, parse_options
+from regroup.spark.read import SPARK_SCHEMA_DDL, read_range
+
+log = logging.getLogger("regroup.spark")
+
+
+class RangePartition(InputPartition):
+    """One Spark task: records [start, end) of one partition of the log."""
+
+    def __init__(self, log_spec: str, topic: str, partition: int, start: int, end: int) -> None:
+        super().__init__((topic, partition, start, end))
+        self.log_spec, self.topic, self.partition = log_spec, topic, partition
+        self.start, self.end = start, end
+
+
+class RegroupStreamReader(DataSourceStreamReader):
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self._member: QueryMember | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Copies pickled for planning and read() carry the options only — never the membership.
+        return {"opts": self.opts, "_member": None}
+
+    def _joined(self) -> QueryMember:
+        if self._member is None:
+            self._member = QueryMember(self.opts)
+            self._member.install_sigterm_handler()
+        return self._member
+
+    def initialOffset(self) -> dict[str, Any]:
+        return BatchOffset().to_json()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        n = self.opts.max_records_per_trigger
+        return ReadAllAvailable() if n is None else ReadMaxRows(n)
+
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None
+    ) -> dict[str, Any]:
+        finished = BatchOffset.from_json(start) if start is not None else BatchOffset()
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        if limit is None:
+            max_rows = self.opts.max_records_per_trigger
+        end = self._joined().plan(finished, max_rows)
+        return start if end is finished and start is not None else end.to_json()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        ranges = self._joined().ranges(BatchOffset.from_json(start), BatchOffset.from_json(end))
+        return [RangePartition(self.opts.log, r.shard.topic, r.shard.partition, r.start, r.end)
+                for r in split_ranges(ranges, self.opts.max_records_per_split)]
+
+    def commit(self, end: dict[str, Any]) -> None:
+        self._joined().batch_committed(BatchOffset.from_json(end))
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, RangePartition)
+        return read_range(partition.log_spec, Shard(partition.topic, partition.partition),
+                          partition.start, partition.end)
+
+    def stop(self) -> None:
+        if self._member is not None:
+            self._member.leave()
+
+
+class RegroupDataSource(DataSource):
+    """Register with ``spark.dataSource.register(RegroupDataSource)`` (or `regroup.spark.register`)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "regroup"
+
+    def schema(self) -> str:
+        return SPARK_SCHEMA_DDL
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return RegroupStreamReader(parse_options(self.options))
