@@ -11,4 +11,4 @@ echo "== ruff =="
 echo "== mypy =="
 .venv/bin/mypy
 echo "== tests =="
-.venv/bin/pytest -q -n 2 "$@"
+.venv/bin/pytest -q -n 2 --dist loadgroup "$@"

@@ -15,7 +15,9 @@ The planning decisions themselves are pure functions in `regroup.protocol.microb
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import socket
 import threading
 import time
 import uuid
@@ -35,6 +37,11 @@ from regroup.spark.options import SourceOptions
 log = logging.getLogger("regroup.spark")
 
 
+def client_id() -> str:
+    """How `regroup groups describe` names this query's process: host and pid of the reader."""
+    return f"spark-query@{socket.gethostname()}:{os.getpid()}"
+
+
 class SourceFatalError(RuntimeError):
     """The coordinator refused this query for good (e.g. its static instance id is in use)."""
 
@@ -50,7 +57,7 @@ class QueryMember:
             rebalance_timeout_ms=opts.rebalance_timeout_ms, subscribed_topics=opts.topics,
             subscribed_regex=opts.pattern, assignor=opts.assignor)
         client = CoordinatorClient(opts.coordinator, token=opts.token, tls_ca=opts.tls_ca,
-                                   client_id=f"spark:{opts.instance_id or 'dynamic'}")
+                                   client_id=client_id())
         self.membership = Membership(client, machine)
         self.owned: set[Shard] = set()
         self.beginnings: dict[Shard, int] = {}  # newly owned shards not yet in a planned batch

@@ -1,0 +1,156 @@
+"""Micro-batch planning: checkpoint format, fair limits, and the invariants of a sequence of batches."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from regroup.protocol.microbatch import (
+    BatchOffset,
+    OffsetFormatError,
+    ShardRange,
+    batch_ranges,
+    finished_positions,
+    plan_next,
+    split_ranges,
+)
+from regroup.protocol.shard import Shard
+
+A, B, C = Shard("t", 0), Shard("t", 1), Shard("u", 0)
+
+
+def test_json_round_trip_and_stable_serialisation() -> None:
+    off = BatchOffset({B: 5, A: 3}, {A: 1}, epoch=4)
+    js = off.to_json()
+    assert js == {"v": 1, "epoch": 4, "ends": {"t:0": 3, "t:1": 5}, "starts": {"t:0": 1}}
+    assert list(js["ends"]) == ["t:0", "t:1"]  # type: ignore[call-overload]
+    assert BatchOffset.from_json(js) == off
+    assert BatchOffset().to_json() == {"v": 1, "epoch": 0, "ends": {}}
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    ([], "must be a JSON object"),
+    ({"ends": {}}, "format None"),
+    ({"v": 2, "ends": {}}, "format 2"),
+    ({"v": 1, "ends": {"t0": 1}}, "malformed shard key"),
+    ({"v": 1, "ends": {"t:x": 1}}, "malformed shard key"),
+    ({"v": 1, "ends": {"t:0": -1}}, "is not an offset"),
+    ({"v": 1, "ends": {"t:0": True}}, "is not an offset"),
+    ({"v": 1, "ends": {"t:0": 3}, "starts": {"t:1": 0}}, "no end for it"),
+    ({"v": 1, "ends": {"t:0": 3}, "starts": {"t:0": 4}}, "after its end"),
+    ({"v": 1, "ends": [], "epoch": 0}, "must be an object"),
+    ({"v": 1, "ends": {}, "epoch": "x"}, "non-integer epoch"),
+])
+def test_bad_checkpoint_offsets_are_refused_clearly(raw: object, message: str) -> None:
+    with pytest.raises(OffsetFormatError, match=message):
+        BatchOffset.from_json(raw)
+
+
+def test_topic_names_with_colons_round_trip() -> None:
+    s = Shard("a:b", 7)
+    assert BatchOffset.from_json(BatchOffset({s: 1}).to_json()).ends == {s: 1}
+
+
+def test_new_shards_begin_at_their_committed_offset() -> None:
+    end = plan_next(BatchOffset({A: 10}), {A, B}, {B: 4}, {A: 20, B: 9}, None, 3)
+    assert end == BatchOffset({A: 20, B: 9}, {B: 4}, 3)
+    assert batch_ranges(BatchOffset({A: 10}), end, {A, B}) == [ShardRange(A, 10, 20), ShardRange(B, 4, 9)]
+
+
+def test_nothing_to_do_returns_the_finished_offset_itself() -> None:
+    done = BatchOffset({A: 10, B: 3}, epoch=2)
+    assert plan_next(done, {A, B}, {}, {A: 10, B: 3}, None, 5) is done
+
+
+def test_a_revoked_shard_leaves_the_next_batch_even_without_data() -> None:
+    end = plan_next(BatchOffset({A: 10, B: 3}), {A}, {}, {A: 10, B: 3}, None, 5)
+    assert end.ends == {A: 10} and end is not BatchOffset({A: 10, B: 3})
+
+
+def test_a_shard_taken_back_continues_from_the_further_position() -> None:
+    # This query read A up to 10 long ago; another owner went on to 15 and committed it.
+    end = plan_next(BatchOffset({A: 10}), {A}, {A: 15}, {A: 30}, None, 1)
+    assert end.starts == {A: 15} and end.ends == {A: 30}
+    # Committed behind this query's finished position (it had not committed yet): keep going.
+    end = plan_next(BatchOffset({A: 10}), {A}, {A: 7}, {A: 30}, None, 1)
+    assert end.starts == {} and end.ends == {A: 30}
+
+
+def test_a_shard_without_any_position_is_a_caller_bug() -> None:
+    with pytest.raises(ValueError, match="no position"):
+        plan_next(BatchOffset(), {A}, {}, {A: 3}, None, 1)
+
+
+def test_limit_is_shared_fairly_and_never_exceeded() -> None:
+    end = plan_next(BatchOffset({A: 0, B: 0, C: 0}), {A, B, C}, {}, {A: 100, B: 2, C: 100}, 50, 1)
+    assert end.ends == {A: 24, B: 2, C: 24}
+
+
+def test_replay_skips_moved_shards_and_what_others_committed() -> None:
+    start, end = BatchOffset({A: 10, B: 5}), BatchOffset({A: 20, B: 9})
+    assert batch_ranges(start, end, {A}) == [ShardRange(A, 10, 20)]
+    assert batch_ranges(start, end, {A, B}, {A: 14, B: 9}) == [ShardRange(A, 14, 20)]
+
+
+def test_finished_positions_only_for_owned_shards() -> None:
+    assert finished_positions(BatchOffset({A: 3, B: 4}), {B, C}) == {B: 4}
+
+
+def test_split_ranges() -> None:
+    assert split_ranges([ShardRange(A, 0, 5), ShardRange(B, 3, 4)], 2) == [
+        ShardRange(A, 0, 2), ShardRange(A, 2, 4), ShardRange(A, 4, 5), ShardRange(B, 3, 4)]
+    with pytest.raises(ValueError):
+        split_ranges([], 0)
+
+
+SHARDS = [Shard("t", p) for p in range(4)]
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> list[tuple[frozenset[Shard], dict[Shard, int], int | None]]:
+    """A sequence of batch boundaries: what is owned, how much the log grew, the limit."""
+    steps = []
+    for _ in range(draw(st.integers(1, 25))):
+        owned = frozenset(draw(st.sets(st.sampled_from(SHARDS))))
+        grow = {s: draw(st.integers(0, 30)) for s in SHARDS}
+        steps.append((owned, grow, draw(st.one_of(st.none(), st.integers(0, 60)))))
+    return steps
+
+
+@settings(max_examples=300, deadline=None)
+@given(scenarios())
+def test_a_sequence_of_batches_reads_every_owned_record_once_and_respects_limits(
+    steps: list[tuple[frozenset[Shard], dict[Shard, int], int | None]],
+) -> None:
+    """Model: a single query; the group's committed offset of a shard is where this query stopped
+    (it commits at every boundary). Every record of a shard is read exactly once across the batches
+    while owned; batches stay within the log and the limit; no batch reads an unowned shard."""
+    log_end = dict.fromkeys(SHARDS, 0)
+    committed = dict.fromkeys(SHARDS, 0)
+    finished, owned = BatchOffset(), frozenset[Shard]()
+    read: dict[Shard, list[int]] = {s: [] for s in SHARDS}
+    for new_owned, grow, limit in steps:
+        for s in SHARDS:
+            log_end[s] += grow[s]
+        # boundary: commit what finished for shards still owned, then the assignment changes
+        committed.update(finished_positions(finished, owned))
+        beginnings = {s: committed[s] for s in new_owned - owned}
+        owned = new_owned
+        end = plan_next(finished, owned, beginnings, log_end, limit, 1)
+        assert set(end.ends) == set(owned)
+        if end == finished:
+            continue  # Spark runs no batch when the offset did not move
+        ranges = batch_ranges(finished, end, owned)
+        total = sum(r.count for r in ranges)
+        if limit is not None:
+            assert total <= limit
+        for r in ranges:
+            assert r.shard in owned and 0 <= r.start < r.end <= log_end[r.shard]
+            read[r.shard].extend(range(r.start, r.end))
+        assert BatchOffset.from_json(end.to_json()) == end
+        finished = end
+    committed.update(finished_positions(finished, owned))
+    for s in SHARDS:
+        assert read[s] == sorted(set(read[s])), f"{s} read twice"
+        assert read[s] == list(range(committed[s])), f"{s}: gap or overrun"
