@@ -28,6 +28,7 @@ from regroup.client.errors import (
     CommitFailedError,
     ConsumerClosedError,
     FatalConsumerError,
+    OffsetFetchError,
 )
 from regroup.client.membership import Membership
 from regroup.log import open_log
@@ -40,6 +41,7 @@ from regroup.protocol.member import (
     Lost,
     MemberStateMachine,
     Revoke,
+    from_last_lost,
 )
 from regroup.protocol.shard import Shard, ShardSet
 from regroup.rpc.client import CoordinatorClient
@@ -99,6 +101,7 @@ class Consumer:
         self._buffer: deque[ConsumedRecord] = deque()
         self._rr: deque[Shard] = deque()  # round-robin order of owned shards
         self._fatal: FatalConsumerError | None = None
+        self._deferred: list[Action] = []  # actions to retry on the next poll
         self._closed = False
         self._membership = Membership(CoordinatorClient(coordinator, token=token, tls_ca=tls_ca), machine)
 
@@ -170,8 +173,20 @@ class Consumer:
         self._perform_all(self._membership.take_actions())
 
     def _perform_all(self, actions: list[Action]) -> None:
-        for action in actions:
-            self._perform(action)
+        queue = [*self._deferred, *actions]
+        self._deferred = []
+        while queue:
+            action = queue.pop(0)
+            try:
+                self._perform(action)
+            except OffsetFetchError as e:  # where to begin is unknown: retry on the next poll
+                later = from_last_lost(queue)
+                if later is not None:
+                    queue = later
+                    continue
+                log.warning("cannot read committed offsets yet (%s); taking the partitions later", e)
+                self._deferred = [action, *queue]
+                return
 
     def _perform(self, action: Action) -> None:
         if isinstance(action, Revoke):

@@ -24,3 +24,10 @@ class CommitFailedError(ConsumerError):
 
 class ConsumerClosedError(ConsumerError):
     """The consumer was used after close()."""
+
+
+class OffsetFetchError(ConsumerError):
+    """The group's committed offsets could not be read (coordinator away, or the request refused).
+
+    Never read as "no committed offsets": that would rewind the partition to its beginning.
+    """

@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable, Collection
 from typing import Any
 
-from regroup.client.errors import CommitFailedError
+from regroup.client.errors import CommitFailedError, OffsetFetchError
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.member import Action, MemberState, MemberStateMachine
 from regroup.protocol.messages import OffsetCommitRequest, OffsetFetchRequest
@@ -106,15 +106,25 @@ class Membership:
 
     # ------------------------------------------------------------------ offsets
     def fetch_committed(self, shards: Collection[Shard]) -> dict[Shard, int]:
-        """The group's committed offsets of ``shards`` (those with none are absent)."""
+        """The group's committed offsets of ``shards`` (those with none are absent).
+
+        Raises `OffsetFetchError` when they cannot be read; the caller retries later.
+        """
         if not shards:
             return {}
-        resp = self.client.fetch_offsets(OffsetFetchRequest(
-            self.group_id, self.member_id, self.epoch, tuple(sorted(shards))))
-        if resp.error is not ErrorCode.NONE:
-            log.warning("fetching committed offsets failed: %s", resp.message)
-            return {}
-        return {s: c.offset for s, c in resp.offsets.items()}
+        for attempt in range(2):
+            try:
+                resp = self.client.fetch_offsets(OffsetFetchRequest(
+                    self.group_id, self.member_id, self.epoch, tuple(sorted(shards))))
+            except CoordinatorUnavailable as e:
+                raise OffsetFetchError(f"coordinator unavailable: {e}") from e
+            if resp.error is ErrorCode.NONE:
+                return {s: c.offset for s, c in resp.offsets.items()}
+            if resp.error is ErrorCode.STALE_MEMBER_EPOCH and attempt == 0:
+                time.sleep(0.05)  # a new epoch is on its way in a heartbeat response
+                continue
+            raise OffsetFetchError(resp.message, resp.error)
+        raise AssertionError("unreachable")
 
     def commit(self, offsets: dict[Shard, int]) -> None:
         """Commit ``offsets`` under the current member epoch; `CommitFailedError` if refused."""

@@ -24,11 +24,20 @@ import uuid
 from collections.abc import Collection
 from types import FrameType
 
-from regroup.client.errors import CommitFailedError
+from regroup.client.errors import CommitFailedError, OffsetFetchError
 from regroup.client.membership import Membership
 from regroup.log import open_log
 from regroup.log.base import PartitionedLog
-from regroup.protocol.member import Action, Assign, Fatal, Lost, MemberState, MemberStateMachine, Revoke
+from regroup.protocol.member import (
+    Action,
+    Assign,
+    Fatal,
+    Lost,
+    MemberState,
+    MemberStateMachine,
+    Revoke,
+    from_last_lost,
+)
 from regroup.protocol.microbatch import BatchOffset, ShardRange, batch_ranges, finished_positions, plan_next
 from regroup.protocol.shard import Shard
 from regroup.rpc.client import CoordinatorClient
@@ -63,6 +72,7 @@ class QueryMember:
         self.beginnings: dict[Shard, int] = {}  # newly owned shards not yet in a planned batch
         self.floors: dict[Shard, int] = {}  # committed offset when this process took the shard
         self.committed: dict[Shard, int] = {}
+        self._deferred: list[Action] = []  # actions to retry at the next boundary
         self._lock = threading.Lock()  # Spark calls the reader from one thread; SIGTERM may interleave
         self._left = False
         self._started = False
@@ -150,14 +160,25 @@ class QueryMember:
     def _sync(self, finished: BatchOffset) -> None:
         """Commit what ``finished`` says is done, then do what the coordinator asked."""
         self._commit(finished_positions(finished, self.owned))
-        for action in self.membership.take_actions():
+        queue, self._deferred = [*self._deferred, *self.membership.take_actions()], []
+        while queue:
+            action = queue.pop(0)
             if isinstance(action, Revoke):
                 shards = set(action.shards)
                 self._commit(finished_positions(finished, shards & self.owned))
                 self._drop(shards)
                 self.membership.revocation_done(action.shards)
             elif isinstance(action, Assign):
-                self._take(action.shards)
+                try:
+                    self._take(action.shards)
+                except OffsetFetchError as e:  # where to begin is unknown: try at the next boundary
+                    later = from_last_lost(queue)
+                    if later is not None:
+                        queue = later
+                        continue
+                    log.warning("cannot read committed offsets yet (%s); taking the partitions later", e)
+                    self._deferred = [action, *queue]
+                    return
                 self.membership.assignment_done(action.shards)
             elif isinstance(action, Lost):
                 log.warning("membership lost (%s): dropping %d partitions without committing",
