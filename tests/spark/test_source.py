@@ -142,3 +142,24 @@ def test_a_zombie_query_is_fenced_and_cannot_commit(cluster: Cluster) -> None:
 def _refused_commits(c: Cluster) -> float:
     total = c.metric("regroup_requests_total", method="CommitOffsets")
     return total - c.metric("regroup_requests_total", method="CommitOffsets", error="none")
+
+
+def test_a_second_query_with_a_live_instance_id_waits_and_takes_over_as_a_standby(cluster: Cluster) -> None:
+    """The coordinator refuses a second live holder of an instance id; the source then waits (the
+    first holder may be a crashed process whose session has not expired yet) instead of failing."""
+    c = cluster
+    c.produce(600)
+    a = c.start("a", instance="same")
+    c.wait_stable(1)
+    assert_exactly_once(c)
+    epoch = c.describe().epoch
+    twin = c.start("twin", instance="same")
+    time.sleep(8)
+    d = c.describe()
+    assert len(d.members) == 1 and d.epoch == epoch, "the twin displaced the live holder"
+    assert twin.handle.isActive and not twin.records()
+    a.stop()  # a temporary leave: the standby inherits the instance and its partitions
+    c.produce(600)
+    assert_exactly_once(c)
+    assert twin.partitions() == set(range(PARTITIONS))
+    assert c.describe().epoch == epoch, "taking over a static identity is not a rebalance"
