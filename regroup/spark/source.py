@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
@@ -24,9 +24,11 @@ from pyspark.sql.types import StructType
 
 from regroup.protocol.microbatch import BatchOffset, split_ranges
 from regroup.protocol.shard import Shard
-from regroup.spark.member import QueryMember
 from regroup.spark.options import SourceOptions, parse_options
 from regroup.spark.read import SPARK_SCHEMA_DDL, read_range
+
+if TYPE_CHECKING:
+    from regroup.spark.member import QueryMember
 
 log = logging.getLogger("regroup.spark")
 
@@ -51,6 +53,9 @@ class RegroupStreamReader(DataSourceStreamReader):
 
     def _joined(self) -> QueryMember:
         if self._member is None:
+            # Imported here: Spark's workers, which only run read(), never load the membership code.
+            from regroup.spark.member import QueryMember
+
             self._member = QueryMember(self.opts)
             self._member.install_sigterm_handler()
         return self._member
