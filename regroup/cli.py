@@ -43,17 +43,27 @@ def bench_heartbeat(
 
 @app.command("demo")
 def demo(
-    members: int = typer.Option(3, min=1, help="Consumer processes at the start."),
+    members: int = typer.Option(3, min=2, help="Spark member processes at the start."),
     partitions: int = typer.Option(12, min=1, help="Partitions of the demo topic."),
     rate: int = typer.Option(2_000, min=1, help="Records produced per second."),
-    duration: float = typer.Option(60.0, min=12, help="Seconds of workload (the events are spread over it)."),
+    duration: float = typer.Option(150.0, min=12, help="Seconds of workload (events spread over it)."),
+    log: str | None = typer.Option(None, help="kafka://HOST:PORT to run on a Kafka cluster (default: "
+                                              "the embedded log in the data directory)."),
+    report: str | None = typer.Option(None, help="Directory for the report (PNG + HTML)."),
     keep: bool = typer.Option(False, help="Keep the data directory for inspection."),
+    consumers: bool = typer.Option(False, "--consumers", help="Run the plain-Python consumer demo instead "
+                                                              "of the PySpark one."),
     json_output: bool = typer.Option(False, "--json", help="Print the results as one JSON object."),
 ) -> None:
-    """The main job: a consumer group of real processes scales out, in, rolls and survives kill -9."""
-    from regroup.demo.consumer_demo import run_consumer_demo
+    """The main job: PySpark streaming queries in one group scale out, in, roll and survive kill -9."""
+    if consumers:
+        from regroup.demo.consumer_demo import run_consumer_demo
 
-    result = run_consumer_demo(members, partitions, rate, duration, json_output, keep)
+        result = run_consumer_demo(members, partitions, rate, duration, json_output, keep)
+    else:
+        from regroup.demo.spark_demo import run_spark_demo
+
+        result = run_spark_demo(members, partitions, rate, duration, json_output, keep, log, report)
     if result["lost"]:
         raise typer.Exit(1)
 
@@ -93,6 +103,27 @@ def bench_log(
     from regroup.bench.log import run_log_bench
 
     run_log_bench(directory, records, value_size, json_output)
+
+
+@bench_app.command("spark")
+def bench_spark(
+    records: int = typer.Option(4_000_000, min=1, help="Records in the topic (and in the Parquet copy)."),
+    partitions: int = typer.Option(8, min=1, help="Partitions of the topic."),
+    value_size: int = typer.Option(100, min=0, help="Bytes per value."),
+    runs: int = typer.Option(3, min=1, help="Measurements of each side, interleaved; medians reported."),
+    sink: str = typer.Option("noop", help="noop (every column consumed) or agg (checksums compared)."),
+    warmup: bool = typer.Option(True, "--warmup/--no-warmup", help="One untimed query of each side first."),
+    arrow_unchecked: bool = typer.Option(False, help="Start the JVM without Arrow's bounds/null checks."),
+    directory: str | None = typer.Option(None, help="Where to write (default: a temporary directory)."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of text."),
+) -> None:
+    """Records/s of one streaming query on the regroup source vs Spark reading the same rows from Parquet."""
+    from regroup.bench.spark import SINKS, run_spark_bench
+
+    if sink not in SINKS:
+        raise typer.BadParameter(f"choose one of {sorted(SINKS)}", param_hint="--sink")
+    run_spark_bench(records, partitions, value_size, json_output, runs=runs, warmup=warmup,
+                    directory=directory, sink=sink, arrow_unchecked=arrow_unchecked)
 
 
 @bench_app.command("coordinator")

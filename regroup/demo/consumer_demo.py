@@ -18,7 +18,6 @@ import sys
 import tempfile
 import threading
 import time
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,14 +26,10 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from regroup.bench.procs import start_coordinator
+from regroup.demo.common import GROUP, TOPIC, Workload, group_epoch, start_demo_coordinator, stop_coordinator
 from regroup.log import open_log
-from regroup.log.base import LogRecord
 from regroup.protocol.shard import format_shards
 from regroup.rpc.client import CoordinatorClient
-
-GROUP = "demo"
-TOPIC = "events"
 
 
 @dataclass
@@ -56,13 +51,19 @@ class Demo:
     coordinator_addr: str = ""
     coordinator: subprocess.Popen[str] | None = None
     members: dict[str, Member] = field(default_factory=dict)
-    produced: int = 0
     events: list[dict[str, Any]] = field(default_factory=list)
     _seq: int = 0
+
+    def __post_init__(self) -> None:
+        self.workload = Workload(str(self.log_dir), TOPIC, self.partitions, self.rate)
 
     @property
     def log_dir(self) -> Path:
         return self.root / "log"
+
+    @property
+    def produced(self) -> int:
+        return self.workload.produced
 
     def start_member(self, instance: str | None = None) -> str:
         self._seq += 1
@@ -86,26 +87,6 @@ class Demo:
         m = self.members.pop(name)
         m.proc.kill()
         m.proc.wait(timeout=10)
-
-    def produce_loop(self, stop: threading.Event) -> None:
-        log = open_log(str(self.log_dir))
-        try:
-            tick = 0.05
-            while not stop.is_set():
-                t0 = time.monotonic()
-                n = max(1, int(self.rate * tick))
-                batches: dict[int, list[LogRecord]] = collections.defaultdict(list)
-                now_ms = int(time.time() * 1000)
-                for i in range(self.produced, self.produced + n):
-                    key = f"user-{i % 997}".encode()
-                    batches[zlib.crc32(key) % self.partitions].append(
-                        LogRecord(key, f'{{"seq": {i}, "amount": {i % 100}}}'.encode(), now_ms))
-                for p, recs in sorted(batches.items()):
-                    log.produce(TOPIC, p, recs)
-                self.produced += n
-                time.sleep(max(0.0, tick - (time.monotonic() - t0)))
-        finally:
-            log.close()
 
 
 def _count_new(member: Member) -> int:
@@ -178,12 +159,10 @@ def run_consumer_demo(members: int = 3, partitions: int = 12, rate: int = 2_000,
     log = open_log(str(demo.log_dir))
     log.create_topic(TOPIC, partitions)
     log.close()
-    demo.coordinator, demo.coordinator_addr = start_coordinator(
-        root / "coordinator", "--log", str(demo.log_dir), "--session-timeout-ms", "10000",
-        "--heartbeat-interval-ms", "2000")
+    demo.coordinator, demo.coordinator_addr = start_demo_coordinator(root, str(demo.log_dir), 10_000, 2_000)
     console = Console(stderr=json_output)
     stop = threading.Event()
-    producer = threading.Thread(target=demo.produce_loop, args=(stop,), daemon=True)
+    producer = threading.Thread(target=demo.workload.run, args=(stop,), daemon=True)
     static_name = None
     step = duration / 6
     plan = [(step * 1, "scale out: +1 member"), (step * 2, "scale in: -1 member"),
@@ -202,7 +181,7 @@ def run_consumer_demo(members: int = 3, partitions: int = 12, rate: int = 2_000,
                 now = time.monotonic()
                 if plan and now - t0 >= plan[0][0]:
                     _, phase = plan.pop(0)
-                    epoch_before = _epoch(client)
+                    epoch_before = group_epoch(client)
                     if demo.events:
                         demo.events[-1]["group_epoch_after"] = epoch_before
                     if phase.startswith("scale out"):
@@ -237,7 +216,7 @@ def run_consumer_demo(members: int = 3, partitions: int = 12, rate: int = 2_000,
                 live.update(_table(demo, client, phase, time.monotonic() - t0))
                 time.sleep(0.5)
         if demo.events:
-            demo.events[-1]["group_epoch_after"] = _epoch(client)
+            demo.events[-1]["group_epoch_after"] = group_epoch(client)
         client.close()
     finally:
         stop.set()
@@ -248,9 +227,7 @@ def run_consumer_demo(members: int = 3, partitions: int = 12, rate: int = 2_000,
                 proc = demo.members.pop(name, None)
                 if proc is not None:
                     proc.proc.kill()
-        if demo.coordinator is not None:
-            demo.coordinator.send_signal(signal.SIGTERM)
-            demo.coordinator.wait(timeout=30)
+        stop_coordinator(demo.coordinator)
     result: dict[str, Any] = {**_verify(root, demo.produced, partitions), "events": demo.events,
                               "data_dir": str(root)}
     if not keep:
@@ -268,9 +245,3 @@ def run_consumer_demo(members: int = 3, partitions: int = 12, rate: int = 2_000,
                           f"(measured before the next event)")
     return result
 
-
-def _epoch(client: CoordinatorClient) -> int:
-    try:
-        return client.describe_group(GROUP).description.epoch
-    except Exception:
-        return -1

@@ -40,7 +40,7 @@ def test_heartbeat_bench_prints_figures() -> None:
 
 def test_demo_loses_nothing() -> None:
     """The main job, short: real coordinator and consumer processes; scale out, in, roll, kill -9."""
-    result = run("demo", "--duration", "24", "--rate", "1000", "--json")
+    result = run("demo", "--consumers", "--duration", "24", "--rate", "1000", "--json")
     assert result["lost"] == 0 and result["produced"] == result["in_log"] > 0
     assert result["unique_processed"] == result["produced"]
     assert [e["event"].split(":")[0] for e in result["events"]] == [
