@@ -46,7 +46,7 @@ def demo(
     members: int = typer.Option(3, min=2, help="Spark member processes at the start."),
     partitions: int = typer.Option(12, min=1, help="Partitions of the demo topic."),
     rate: int = typer.Option(2_000, min=1, help="Records produced per second."),
-    duration: float = typer.Option(150.0, min=12, help="Seconds of workload (events spread over it)."),
+    duration: float = typer.Option(120.0, min=12, help="Seconds of workload (events spread over it)."),
     log: str | None = typer.Option(None, help="kafka://HOST:PORT to run on a Kafka cluster (default: "
                                               "the embedded log in the data directory)."),
     report: str | None = typer.Option(None, help="Directory for the report (PNG + HTML)."),
