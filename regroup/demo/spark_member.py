@@ -5,22 +5,21 @@ Usage: python -m regroup.demo.spark_member NAME COORDINATOR LOG OUT_DIR CHECKPOI
        [--warm-up] [--rebalance-timeout-ms MS] [--local-dir DIR]
 
 The pipeline: per customer (the record key), the number of events and the sum of their amounts, per
-micro-batch, written as Parquet to ``OUT_DIR/aggregates/member=NAME/batch=ID.parquet``. Beside it,
-``OUT_DIR/ranges/NAME-ID.json`` says which offsets of which partitions the batch read, so that the
-demo can count every record; the progress file (default ``OUT_DIR/progress/NAME.jsonl``) gets a line
-per batch (and per
-lifecycle step) for live throughput and pauses. Every file is written under a temporary name and
-renamed, so a process killed mid-write leaves no half file, and a batch that Spark replays after a
-restart (same name, same checkpoint) overwrites its own files: the output is idempotent per
-(member, batch).
+micro-batch, written as Parquet to ``OUT_DIR/aggregates/member=NAME/batch=ID.parquet``. Then
+``OUT_DIR/ranges/NAME-ID.json`` says which offsets of which partitions the batch read (so that the
+demo can count every record); it is also the batch's "done" marker. The progress file (default
+``OUT_DIR/progress/NAME.jsonl``) gets a line per batch and per lifecycle step, for live throughput
+and pauses. Every file is written under a temporary name and renamed, so a process killed mid-write
+leaves no half file, and a batch that Spark replays after a restart (same name, same checkpoint)
+overwrites its own files: the output is idempotent per (member, batch).
 
 ``--wait-for FILE``: start Spark (``--warm-up``: and run the pipeline once on made-up rows), say
 "ready", then wait for FILE before starting the query. The demo uses it to scale out and to roll the
 static member with a warm JVM: the replacement warms up while the old process still runs, so the
 restart fits within the demo's short session timeout.
 
-SIGTERM stops the query (the source leaves the group: temporarily for a static member), then Spark,
-and exits 0.
+SIGTERM (or SIGINT) stops the query at the next batch boundary (see `Stopper`) — the source leaves the
+group, temporarily for a static member — then Spark, and exits 0.
 """
 
 from __future__ import annotations
