@@ -134,6 +134,10 @@ class Cluster:
                 out[name] = sum(len(b.records) for b in q.batches if b.at >= t)
         return out
 
+    def records_of(self, q: Query, since: float) -> list[tuple[int, int]]:
+        with q.lock:
+            return [r for b in q.batches if b.at >= since for r in b.records]
+
     def describe(self) -> GroupDescription:
         with CoordinatorClient(self.server.address) as c:
             return c.describe_group(self.group).description
