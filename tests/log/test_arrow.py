@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from regroup.log.arrow import ARROW_SCHEMA, empty_batch, records_to_arrow
 from regroup.log.base import LogRecord
-from regroup.log.embedded import MAX_FRAME_RECORDS, EmbeddedLog
+from regroup.log.embedded import EmbeddedLog
+from regroup.log.embedded.frames import MAX_FRAME_RECORDS
 
 small_bytes = st.binary(max_size=40)
 records = st.builds(

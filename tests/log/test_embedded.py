@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from regroup.log.base import LogRecord
-from regroup.log.embedded import INDEX_INTERVAL_BYTES, MAX_FRAME_RECORDS, EmbeddedLog
+from regroup.log.embedded import EmbeddedLog
+from regroup.log.embedded.frames import MAX_FRAME_RECORDS
+from regroup.log.embedded.writer import INDEX_INTERVAL_BYTES
 from regroup.log.errors import (
     CorruptLogError,
     InvalidPartitionsError,
