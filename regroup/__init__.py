@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from regroup.client.partition import TopicPartition
+
 __version__ = "0.1.0"
-__all__ = ["Consumer"]
+__all__ = ["Consumer", "TopicPartition"]
 
 
 def __getattr__(name: str) -> Any:

@@ -21,8 +21,7 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Collection
-from typing import Any
+from collections.abc import Callable, Collection, Mapping
 
 from regroup.client.errors import (
     CommitFailedError,
@@ -31,24 +30,17 @@ from regroup.client.errors import (
     OffsetFetchError,
 )
 from regroup.client.membership import Membership
+from regroup.client.partition import TopicPartition, offsets_by_partition, offsets_by_shard, partitions_of
 from regroup.log import open_log
 from regroup.log.base import ConsumedRecord, PartitionedLog
-from regroup.protocol.member import (
-    Action,
-    Assign,
-    ComputeAssignment,
-    Fatal,
-    Lost,
-    MemberStateMachine,
-    Revoke,
-    from_last_lost,
-)
-from regroup.protocol.shard import Shard, ShardSet
+from regroup.protocol.driver import Backlog, OffsetReset, commit_before_release, held_when_lost
+from regroup.protocol.member import Action, Assign, Fatal, Lost, MemberStateMachine, Revoke
+from regroup.protocol.shard import Shard
 from regroup.rpc.client import CoordinatorClient
 
 log = logging.getLogger("regroup.consumer")
 
-Callback = Callable[["Consumer", set[Shard]], None]
+Callback = Callable[["Consumer", set[TopicPartition]], None]
 
 
 class Consumer:
@@ -94,14 +86,14 @@ class Consumer:
             rebalance_timeout_ms=rebalance_timeout_ms, subscribed_topics=tuple(topics),
             subscribed_regex=pattern, assignor=assignor)
         self._on_assign, self._on_revoke, self._on_lost = on_assign, on_revoke, on_lost
-        self._reset = auto_offset_reset
+        self._reset = OffsetReset(auto_offset_reset)
         self._max_batch = max_batch_records
         self._positions: dict[Shard, int] = {}  # next offset to read, per owned shard
         self._committed: dict[Shard, int] = {}
         self._buffer: deque[ConsumedRecord] = deque()
         self._rr: deque[Shard] = deque()  # round-robin order of owned shards
         self._fatal: FatalConsumerError | None = None
-        self._deferred: list[Action] = []  # actions to retry on the next poll
+        self._backlog = Backlog()  # the member's actions not carried out yet (some wait for the next poll)
         self._closed = False
         self._membership = Membership(CoordinatorClient(coordinator, token=token, tls_ca=tls_ca), machine)
 
@@ -131,22 +123,23 @@ class Consumer:
             if not self._fill():
                 time.sleep(min(0.01, max(0.0, deadline - time.monotonic())))
 
-    def commit(self, offsets: dict[Shard, int] | None = None) -> None:
-        """Commit ``offsets`` (next offset to read, per shard) or, by default, the current positions.
+    def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
+        """Commit ``offsets`` (next offset to read, per partition) or, by default, the current positions.
 
-        Raises `CommitFailedError` when the coordinator refuses (e.g. the shard moved to another
+        Raises `CommitFailedError` when the coordinator refuses (e.g. the partition moved to another
         member, or this member was fenced): the records since the last commit will be read again by
-        whoever owns the shard now — at-least-once.
+        whoever owns the partition now — at-least-once.
         """
         self._check_usable()
-        self._commit(offsets if offsets is not None else dict(self._positions))
+        self._commit(offsets_by_shard(offsets) if offsets is not None else dict(self._positions))
 
-    def assignment(self) -> set[Shard]:
-        """The shards this consumer currently reads."""
-        return set(self._positions)
+    def assignment(self) -> set[TopicPartition]:
+        """The partitions this consumer currently reads."""
+        return partitions_of(self._positions)
 
-    def committed(self) -> dict[Shard, int]:
-        return dict(self._committed)
+    def committed(self) -> dict[TopicPartition, int]:
+        """The committed offsets this consumer knows of its partitions (read at assignment, or its own)."""
+        return offsets_by_partition(self._committed)
 
     def close(self, timeout: float = 10.0) -> None:
         """Commit, give the partitions up and leave the group (a static member leaves temporarily)."""
@@ -173,66 +166,48 @@ class Consumer:
         self._perform_all(self._membership.take_actions())
 
     def _perform_all(self, actions: list[Action]) -> None:
-        queue = [*self._deferred, *actions]
-        self._deferred = []
-        while queue:
-            action = queue.pop(0)
-            try:
-                self._perform(action)
-            except OffsetFetchError as e:  # where to begin is unknown: retry on the next poll
-                later = from_last_lost(queue)
-                if later is not None:
-                    queue = later
-                    continue
-                log.warning("cannot read committed offsets yet (%s); taking the partitions later", e)
-                self._deferred = [action, *queue]
-                return
+        """Carry out the member's actions as `regroup.protocol.driver` says, in order."""
+        self._backlog.add(actions)
+        while (action := self._backlog.next()) is not None:
+            if isinstance(action, Revoke):
+                self._revoke(action)
+            elif isinstance(action, Assign):
+                try:
+                    self._assign(action)
+                except OffsetFetchError as e:  # where to begin is unknown: retry on the next poll
+                    if self._backlog.defer(action):
+                        log.warning("cannot read committed offsets yet (%s); taking the partitions later", e)
+                        return
+            elif isinstance(action, Lost):
+                shards = set(held_when_lost(action, self._positions))
+                self._forget(shards)
+                log.warning("membership lost (%s): dropping %d partitions without committing",
+                            action.reason, len(shards))
+                if self._on_lost is not None:
+                    self._on_lost(self, partitions_of(shards))
+            elif isinstance(action, Fatal):
+                self._fatal = FatalConsumerError(action.message, action.error)
 
-    def _perform(self, action: Action) -> None:
-        if isinstance(action, Revoke):
-            shards = set(action.shards)
-            if self._on_revoke is not None:
-                self._on_revoke(self, shards)
-            owned_positions = {s: p for s, p in self._positions.items() if s in shards}
-            try:
-                self._commit(owned_positions, only_advanced=True)
-            except CommitFailedError as e:  # still release: the coordinator decides what is safe
-                log.warning("commit before revoking %s failed: %s", sorted(map(str, shards)), e)
-            self._forget(shards)
-            self._membership.revocation_done(action.shards)
-        elif isinstance(action, Assign):
-            self._start(action.shards)
-            if self._on_assign is not None:
-                self._on_assign(self, set(action.shards))
-            self._membership.assignment_done(action.shards)
-        elif isinstance(action, Lost):
-            shards = set(action.shards) | set(self._positions)
-            self._forget(shards)
-            log.warning("membership lost (%s): dropping %d partitions without committing",
-                        action.reason, len(shards))
-            if self._on_lost is not None:
-                self._on_lost(self, shards)
-        elif isinstance(action, Fatal):
-            self._fatal = FatalConsumerError(action.message, action.error)
-        elif isinstance(action, ComputeAssignment):
-            log.debug("delegated assignment requested; this consumer offers no client assignor")
+    def _revoke(self, action: Revoke) -> None:
+        shards = set(action.shards)
+        if self._on_revoke is not None:
+            self._on_revoke(self, partitions_of(shards))
+        try:
+            self._commit(commit_before_release(self._positions, self._committed, shards))
+        except CommitFailedError as e:  # still release: the coordinator decides what is safe
+            log.warning("commit before revoking %s failed: %s", sorted(map(str, shards)), e)
+        self._forget(shards)
+        self._membership.revocation_done(action.shards)
 
-    def _start(self, shards: ShardSet) -> None:
+    def _assign(self, action: Assign) -> None:
         """Position new shards at the group's committed offsets (or per auto_offset_reset)."""
-        committed = self._membership.fetch_committed(shards)
-        ends: dict[str, dict[int, int]] = {}
-        for s in sorted(shards):
-            if s in committed:
-                pos = committed[s]
-                self._committed[s] = pos
-            elif self._reset == "latest":
-                if s.topic not in ends:
-                    ends[s.topic] = self._log.end_offsets(s.topic)
-                pos = ends[s.topic].get(s.partition, 0)
-            else:
-                pos = 0
-            self._positions[s] = pos
-            self._rr.append(s)
+        committed, starts = self._membership.where_to_begin(action.shards, self._reset, self._log)
+        self._committed.update(committed)
+        self._positions.update(starts)
+        self._rr.extend(starts)
+        if self._on_assign is not None:
+            self._on_assign(self, partitions_of(action.shards))
+        self._membership.assignment_done(action.shards)
 
     def _forget(self, shards: set[Shard]) -> None:
         for s in shards:
@@ -255,9 +230,7 @@ class Consumer:
                 return True
         return False
 
-    def _commit(self, offsets: dict[Shard, int], only_advanced: bool = False) -> None:
-        if only_advanced:
-            offsets = {s: o for s, o in offsets.items() if self._committed.get(s, -1) < o}
+    def _commit(self, offsets: dict[Shard, int]) -> None:
         if not offsets:
             return
         self._membership.commit(offsets)
@@ -268,6 +241,3 @@ class Consumer:
             raise ConsumerClosedError("the consumer is closed")
         if self._fatal is not None:
             raise self._fatal
-
-    def _debug_state(self) -> dict[str, Any]:
-        return self._membership.debug_state()

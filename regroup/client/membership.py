@@ -14,12 +14,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Collection
-from typing import Any
+from typing import Any, TypeVar
 
-from regroup.client.errors import CommitFailedError, OffsetFetchError
+from regroup.client.errors import CommitFailedError, ConsumerError, OffsetFetchError
+from regroup.log.base import PartitionedLog
+from regroup.protocol.driver import OffsetReset, start_positions, topics_to_look_up
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.member import Action, MemberState, MemberStateMachine
-from regroup.protocol.messages import OffsetCommitRequest, OffsetFetchRequest
+from regroup.protocol.messages import Ack, OffsetCommitRequest, OffsetFetchRequest, OffsetFetchResponse
 from regroup.protocol.shard import Shard, ShardSet
 from regroup.rpc.client import CoordinatorClient
 from regroup.rpc.errors import CoordinatorUnavailable
@@ -27,6 +29,9 @@ from regroup.rpc.errors import CoordinatorUnavailable
 log = logging.getLogger("regroup.membership")
 
 _DONE = frozenset({MemberState.LEFT, MemberState.FATAL})
+
+#: What the coordinator answers to a commit or an offset fetch.
+_Answer = TypeVar("_Answer", Ack, OffsetFetchResponse)
 
 
 def now_ms() -> int:
@@ -112,37 +117,51 @@ class Membership:
         """
         if not shards:
             return {}
-        for attempt in range(2):
-            try:
-                resp = self.client.fetch_offsets(OffsetFetchRequest(
-                    self.group_id, self.member_id, self.epoch, tuple(sorted(shards))))
-            except CoordinatorUnavailable as e:
-                raise OffsetFetchError(f"coordinator unavailable: {e}") from e
-            if resp.error is ErrorCode.NONE:
-                return {s: c.offset for s, c in resp.offsets.items()}
-            if resp.error is ErrorCode.STALE_MEMBER_EPOCH and attempt == 0:
-                time.sleep(0.05)  # a new epoch is on its way in a heartbeat response
-                continue
-            raise OffsetFetchError(resp.message, resp.error)
-        raise AssertionError("unreachable")
+        wanted = tuple(sorted(shards))
+        resp = self._with_fresh_epoch(
+            lambda epoch: self.client.fetch_offsets(
+                OffsetFetchRequest(self.group_id, self.member_id, epoch, wanted)),
+            OffsetFetchError)
+        return {s: c.offset for s, c in resp.offsets.items()}
+
+    def where_to_begin(self, shards: Collection[Shard], reset: OffsetReset,
+                       log: PartitionedLog) -> tuple[dict[Shard, int], dict[Shard, int]]:
+        """The committed offsets of newly assigned ``shards`` and where each begins (the member
+        driver's rule 3), asking ``log`` where it ends only when the reset policy needs it.
+
+        Raises `OffsetFetchError` when the committed offsets cannot be read (rule 4).
+        """
+        committed = self.fetch_committed(shards)
+        ends: dict[Shard, int] = {}
+        for topic in topics_to_look_up(shards, committed, reset):
+            ends.update((Shard(topic, p), end) for p, end in log.end_offsets(topic).items())
+        return committed, start_positions(shards, committed, reset, ends)
 
     def commit(self, offsets: dict[Shard, int]) -> None:
         """Commit ``offsets`` under the current member epoch; `CommitFailedError` if refused."""
         if not offsets:
             return
+        self._with_fresh_epoch(
+            lambda epoch: self.client.commit_offsets(
+                OffsetCommitRequest(self.group_id, self.member_id, epoch, offsets)),
+            CommitFailedError)
+
+    def _with_fresh_epoch(self, send: Callable[[int], _Answer], refused: type[ConsumerError]) -> _Answer:
+        """``send(current epoch)``; once more after STALE_MEMBER_EPOCH, which only means that the
+        heartbeat response carrying the new epoch has not arrived yet. Any other error, or the
+        coordinator out of reach, raises ``refused``."""
         for attempt in range(2):
-            epoch = self.epoch
             try:
-                ack = self.client.commit_offsets(OffsetCommitRequest(
-                    self.group_id, self.member_id, epoch, offsets))
+                answer = send(self.epoch)
             except CoordinatorUnavailable as e:
-                raise CommitFailedError(f"coordinator unavailable: {e}") from e
-            if ack.error is ErrorCode.NONE:
-                return
-            if ack.error is ErrorCode.STALE_MEMBER_EPOCH and attempt == 0:
+                raise refused(f"coordinator unavailable: {e}") from e
+            if answer.error is ErrorCode.NONE:
+                return answer
+            if answer.error is ErrorCode.STALE_MEMBER_EPOCH and attempt == 0:
                 time.sleep(0.05)  # a new epoch is on its way in a heartbeat response
                 continue
-            raise CommitFailedError(ack.message, ack.error)
+            raise refused(answer.message, answer.error)
+        raise AssertionError("unreachable")
 
     # ------------------------------------------------------------------ leaving
     def leave(self, timeout: float, on_actions: Callable[[list[Action]], None] | None = None,
@@ -175,11 +194,6 @@ class Membership:
             self._stream.cancel()
         self.client.close()
         self._heartbeater.join(timeout=2)
-
-    def debug_state(self) -> dict[str, Any]:
-        with self._lock:
-            return {"state": self._machine.state.value, "epoch": self._machine.epoch,
-                    "owned": sorted(map(str, self._machine.owned))}
 
     # ------------------------------------------------------------------ background threads
     def _enqueue(self, actions: list[Action]) -> None:

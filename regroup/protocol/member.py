@@ -704,15 +704,3 @@ def _normalize_topics(topics: Collection[str]) -> tuple[str, ...]:
     # Sorted and deduplicated so that "unchanged" is a plain comparison and requests are reproducible.
     return tuple(sorted(set(topics)))
 
-
-def from_last_lost(actions: list[Action]) -> list[Action] | None:
-    """The actions from the last `Lost` on, or None without one.
-
-    A shell that cannot perform an action yet (e.g. it cannot read the committed offsets of newly
-    assigned shards) keeps it for later — unless the membership was lost after it: then everything
-    before the `Lost` is moot, and waiting on it would hold the `Lost` back for good.
-    """
-    for i in range(len(actions) - 1, -1, -1):
-        if isinstance(actions[i], Lost):
-            return actions[i:]
-    return None

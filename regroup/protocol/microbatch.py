@@ -14,13 +14,18 @@ boundary, which shards a batch covers and where each of them begins. Those decis
 * :func:`batch_ranges` turns a planned (start, end) into the offset ranges to read, keeping only shards
   the member owns when the batch runs — a batch replayed after a restart never reads a shard that moved.
 * :func:`finished_positions` says what may be committed once a batch has finished.
+* :class:`Boundary` is what one query knows of the shards it owns — for each, where it begins in the
+  next batch, the floor no replay reads below, and the offset known to be committed — as one frozen
+  value: the source replaces it at each batch boundary, when Spark asks for the next offset, and
+  reads it (never changes it) when Spark asks what a planned batch reads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 
+from regroup.protocol.driver import advanced
 from regroup.protocol.shard import Shard
 
 #: Version of the checkpointed offset format; a reader refuses offsets it does not understand.
@@ -224,3 +229,86 @@ def split_ranges(ranges: Iterable[ShardRange], max_records: int) -> list[ShardRa
             out.append(ShardRange(r.shard, at, nxt))
             at = nxt
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """What a query knows of one shard it owns.
+
+    ``begin``: where the shard begins in the next planned batch — set when the shard is taken, used
+    (and cleared) by the next plan. ``floor``: the group's committed offset when this process took the
+    shard (or where the reset policy began it): a batch replayed from the checkpoint never reads below
+    it, because another owner processed and committed what lies below. ``committed``: the offset known
+    to be committed (None: none known), so that a boundary commits only what moved.
+    """
+
+    floor: int
+    committed: int | None
+    begin: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Boundary:
+    """The shards a query owns and what it knows of each, between two batch boundaries.
+
+    Rules it keeps:
+
+    1. A shard is read only while owned: a replayed batch skips shards that moved (`ranges`).
+    2. A replay never reads below a shard's floor (`ranges`).
+    3. A finished batch is committed before any of its shards is released (`to_commit` for the
+       revoked shards, then `released`), and only offsets past the committed one are sent.
+    4. A newly taken shard begins where the driver said (its committed offset, or per the reset
+       policy); a shard taken back begins there only if that is further on than where this query's
+       finished batch left it (`plan`).
+    """
+
+    holdings: Mapping[Shard, Holding] = field(default_factory=dict)
+
+    @property
+    def owned(self) -> frozenset[Shard]:
+        return frozenset(self.holdings)
+
+    def to_commit(self, finished: BatchOffset, shards: Collection[Shard] | None = None) -> dict[Shard, int]:
+        """What to commit once the batch ending at ``finished`` is done: its ends for the owned
+        shards (of ``shards``, when given) that moved past the committed offset."""
+        mine = self.owned if shards is None else self.owned & frozenset(shards)
+        return advanced(finished_positions(finished, mine), self.committed())
+
+    def committed(self) -> dict[Shard, int]:
+        return {s: h.committed for s, h in self.holdings.items() if h.committed is not None}
+
+    def with_committed(self, offsets: Mapping[Shard, int]) -> Boundary:
+        """After the coordinator accepted ``offsets`` (shards no longer owned are ignored)."""
+        held = dict(self.holdings)
+        for s, o in offsets.items():
+            if s in held:
+                held[s] = replace(held[s], committed=o)
+        return Boundary(held)
+
+    def taken(self, starts: Mapping[Shard, int], committed: Mapping[Shard, int]) -> Boundary:
+        """After an Assign: each shard of ``starts`` begins there, its floor too; ``committed`` are
+        the group's committed offsets the driver read for them."""
+        held = dict(self.holdings)
+        for s, at in starts.items():
+            held[s] = Holding(floor=at, committed=committed.get(s), begin=at)
+        return Boundary(held)
+
+    def released(self, shards: Iterable[Shard]) -> Boundary:
+        """After a Revoke (once committed) or a Lost (without committing)."""
+        gone = frozenset(shards)
+        return Boundary({s: h for s, h in self.holdings.items() if s not in gone})
+
+    def plan(
+        self, finished: BatchOffset, log_ends: Mapping[Shard, int], max_records: int | None, epoch: int
+    ) -> tuple[Boundary, BatchOffset]:
+        """The next batch's end offset after ``finished`` (see `plan_next`), and the boundary once
+        that plan carries every shard's beginning."""
+        beginnings = {s: h.begin for s, h in self.holdings.items() if h.begin is not None}
+        end = plan_next(finished, self.owned, beginnings, log_ends, max_records, epoch)
+        if not beginnings:
+            return self, end
+        return Boundary({s: replace(h, begin=None) for s, h in self.holdings.items()}), end
+
+    def ranges(self, start: BatchOffset, end: BatchOffset) -> list[ShardRange]:
+        """What the planned (or replayed) batch (start, end) reads (see `batch_ranges`)."""
+        return batch_ranges(start, end, self.owned, {s: h.floor for s, h in self.holdings.items()})

@@ -6,9 +6,11 @@ It is the shell of docs/protocol.md's member side, in virtual time:
   ``session_deadline``), answers every request with exactly one ``on_response`` or
   ``request_failed`` (after ``request_timeout_ms``), and heartbeats at once when nudged;
 * runs ``Revoke`` and ``Assign`` at its next poll boundary, as Kafka's consumers run rebalance
-  callbacks inside ``poll()``: a revocation stops the shards, commits their positions (retrying),
-  releases them and acknowledges; an assignment acquires the shards, fetches their committed offsets
-  (retrying), starts processing there and acknowledges; ``Lost`` drops everything without a commit;
+  callbacks inside ``poll()``, by the member driver's rules (`regroup.protocol.driver`, shared with
+  the Python consumer and the PySpark source): a revocation stops the shards, commits their positions
+  (retrying), releases them and acknowledges; an assignment acquires the shards, fetches their
+  committed offsets (retrying: unknown is never "none"), starts processing there and acknowledges;
+  ``Lost`` drops everything without a commit, and cancels the Revoke or Assign under way;
 * commits the positions of its active shards every ``commit_interval_ms`` (auto-commit);
 * can crash (no goodbye), shut down gracefully (``leave``: -1, or -2 for a static member), restart
   (a new member id; a static member keeps its instance id) and stall (one very long batch).
@@ -22,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from regroup.protocol.driver import OffsetReset, commit_before_release, start_positions
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.member import (
     Action,
@@ -328,7 +331,9 @@ class SimMember:
         now = self.w.engine.now
         if isinstance(a, Revoke):
             positions = {s: self.processor.stop(s, now) for s in sorted(a.shards)}
-            self._commit(inc, positions, lambda ok: self._revoked(inc, a, ok))
+            # The simulated consumer keeps no record of its commits: it commits every position.
+            offsets = commit_before_release(positions, {}, a.shards)
+            self._commit(inc, offsets, lambda ok: self._revoked(inc, a, ok))
         else:
             for s in sorted(a.shards):
                 self.processor.acquire(s, now)
@@ -365,14 +370,15 @@ class SimMember:
             return
         if resp.error is not ErrorCode.NONE:
             # A stale epoch (our heartbeat answer is still on its way) or a fenced member (Lost is
-            # coming): try again; a cancelled Assign stops the retries.
+            # coming): unknown offsets are not "none", so try again — until a Lost supersedes the
+            # Assign (`_lose` cancels it; the driver's rule 4).
             self._retry_fetch(inc, a)
             return
         assert self.sm is not None and self.processor is not None
         now = self.w.engine.now
-        for s in sorted(a.shards):
-            committed = resp.offsets.get(s)
-            self.processor.activate(s, committed.offset if committed is not None else 0, now)
+        committed = {s: c.offset for s, c in resp.offsets.items()}
+        for s, at in start_positions(a.shards, committed, OffsetReset.EARLIEST, {}).items():
+            self.processor.activate(s, at, now)
         self.op = None
         self._act(self.sm.assignment_done(a.shards, now))
         self._after()

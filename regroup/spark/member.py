@@ -9,7 +9,10 @@ done only at a batch boundary — when Spark asks for the next offset, the previ
 * newly assigned shards begin at the group's committed offsets (``startingOffsets`` when none);
 * after fencing (lost), everything is dropped without committing; the member rejoins by itself.
 
-The planning decisions themselves are pure functions in `regroup.protocol.microbatch`.
+What to do with the coordinator's actions is the member driver's (`regroup.protocol.driver`), shared
+with `regroup.Consumer`; what a batch covers is the `Boundary`'s (`regroup.protocol.microbatch`). Both
+are pure: this class only does the I/O and keeps the one `Boundary` value, which only `plan` — Spark's
+``latestOffset`` — replaces.
 """
 
 from __future__ import annotations
@@ -28,17 +31,9 @@ from regroup.client.errors import CommitFailedError, OffsetFetchError
 from regroup.client.membership import Membership
 from regroup.log import open_log
 from regroup.log.base import PartitionedLog
-from regroup.protocol.member import (
-    Action,
-    Assign,
-    Fatal,
-    Lost,
-    MemberState,
-    MemberStateMachine,
-    Revoke,
-    from_last_lost,
-)
-from regroup.protocol.microbatch import BatchOffset, ShardRange, batch_ranges, finished_positions, plan_next
+from regroup.protocol.driver import Backlog, OffsetReset, held_when_lost
+from regroup.protocol.member import Action, Assign, Fatal, Lost, MemberState, MemberStateMachine, Revoke
+from regroup.protocol.microbatch import BatchOffset, Boundary, ShardRange
 from regroup.protocol.shard import Shard
 from regroup.rpc.client import CoordinatorClient
 from regroup.spark.options import SourceOptions
@@ -68,38 +63,42 @@ class QueryMember:
         client = CoordinatorClient(opts.coordinator, token=opts.token, tls_ca=opts.tls_ca,
                                    client_id=client_id())
         self.membership = Membership(client, machine)
-        self.owned: set[Shard] = set()
-        self.beginnings: dict[Shard, int] = {}  # newly owned shards not yet in a planned batch
-        self.floors: dict[Shard, int] = {}  # committed offset when this process took the shard
-        self.committed: dict[Shard, int] = {}
-        self._deferred: list[Action] = []  # actions to retry at the next boundary
+        self.boundary = Boundary()
+        self._reset = OffsetReset(opts.starting_offsets)
+        self._backlog = Backlog()  # the member's actions not carried out yet (some wait a boundary)
         self._lock = threading.Lock()  # Spark calls the reader from one thread; SIGTERM may interleave
         self._left = False
         self._started = False
 
     # ------------------------------------------------------------------ Spark's calls
+    @property
+    def owned(self) -> frozenset[Shard]:
+        return self.boundary.owned
+
     def plan(self, finished: BatchOffset, limit: int | None) -> BatchOffset:
-        """The next batch's end offset; the batch ending at ``finished`` is done."""
+        """The batch boundary: the batch ending at ``finished`` is done. Commit it, do what the
+        coordinator asked, and return the next batch's end offset."""
         with self._lock:
             self._first_contact()
             self._sync(finished)
-            ends = self._log_ends(self.owned)
-            end = plan_next(finished, self.owned, self.beginnings, ends, limit, self.membership.epoch)
-            for s in self.owned:
-                self.beginnings.pop(s, None)  # used now (or superseded by a position further on)
+            ends = self._log_ends(self.boundary.owned)
+            self.boundary, end = self.boundary.plan(finished, ends, limit, self.membership.epoch)
             return end
 
     def ranges(self, start: BatchOffset, end: BatchOffset) -> list[ShardRange]:
-        """What the batch (start, end) reads: only shards owned now (a replay skips moved shards)."""
+        """What the batch (start, end) reads: only shards owned now (a replay skips moved shards).
+
+        Reads the boundary and changes nothing — except on the first call of a query restarted from
+        its checkpoint, which replays a batch before asking for any offset: the member must then
+        first learn what it owns."""
         with self._lock:
             self._first_contact()
-            self._sync(start)
-            return batch_ranges(start, end, self.owned, self.floors)
+            return self.boundary.ranges(start, end)
 
     def batch_committed(self, end: BatchOffset) -> None:
         """Spark's late commit of a finished batch (usually committed already at the boundary)."""
         with self._lock:
-            self._commit(finished_positions(end, self.owned))
+            self._commit(self.boundary.to_commit(end))
 
     def leave(self, timeout: float = 5.0) -> None:
         """Leave the group (temporarily for a static member): on query stop."""
@@ -159,68 +158,39 @@ class QueryMember:
 
     def _sync(self, finished: BatchOffset) -> None:
         """Commit what ``finished`` says is done, then do what the coordinator asked."""
-        self._commit(finished_positions(finished, self.owned))
-        queue, self._deferred = [*self._deferred, *self.membership.take_actions()], []
-        while queue:
-            action = queue.pop(0)
+        self._commit(self.boundary.to_commit(finished))
+        self._backlog.add(self.membership.take_actions())
+        while (action := self._backlog.next()) is not None:
             if isinstance(action, Revoke):
-                shards = set(action.shards)
-                self._commit(finished_positions(finished, shards & self.owned))
-                self._drop(shards)
+                self._commit(self.boundary.to_commit(finished, action.shards))
+                self.boundary = self.boundary.released(action.shards)
                 self.membership.revocation_done(action.shards)
             elif isinstance(action, Assign):
                 try:
-                    self._take(action.shards)
+                    committed, starts = self.membership.where_to_begin(action.shards, self._reset, self.log)
                 except OffsetFetchError as e:  # where to begin is unknown: try at the next boundary
-                    later = from_last_lost(queue)
-                    if later is not None:
-                        queue = later
-                        continue
-                    log.warning("cannot read committed offsets yet (%s); taking the partitions later", e)
-                    self._deferred = [action, *queue]
-                    return
+                    if self._backlog.defer(action):
+                        log.warning("cannot read committed offsets yet (%s); taking the partitions later", e)
+                        return
+                    continue
+                self.boundary = self.boundary.taken(starts, committed)
                 self.membership.assignment_done(action.shards)
             elif isinstance(action, Lost):
                 log.warning("membership lost (%s): dropping %d partitions without committing",
-                            action.reason, len(self.owned))
-                self._drop(set(self.owned) | set(action.shards))
+                            action.reason, len(self.boundary.owned))
+                self.boundary = self.boundary.released(held_when_lost(action, self.boundary.owned))
             elif isinstance(action, Fatal):
                 raise SourceFatalError(f"regroup source, group {self.opts.group!r}: {action.message}")
 
-    def _take(self, shards: Collection[Shard]) -> None:
-        committed = self.membership.fetch_committed(shards)
-        latest: dict[str, dict[int, int]] = {}
-        for s in sorted(shards):
-            if s in committed:
-                pos = committed[s]
-                self.committed[s] = pos
-            elif self.opts.starting_offsets == "latest":
-                if s.topic not in latest:
-                    latest[s.topic] = self.log.end_offsets(s.topic)
-                pos = latest[s.topic].get(s.partition, 0)
-            else:
-                pos = 0
-            self.beginnings[s] = pos
-            self.floors[s] = pos
-            self.owned.add(s)
-
-    def _drop(self, shards: set[Shard]) -> None:
-        for s in shards:
-            self.owned.discard(s)
-            self.beginnings.pop(s, None)
-            self.floors.pop(s, None)
-            self.committed.pop(s, None)
-
     def _commit(self, positions: dict[Shard, int]) -> None:
-        todo = {s: o for s, o in positions.items() if self.committed.get(s, -1) < o}
-        if not todo:
+        if not positions:
             return
         try:
-            self.membership.commit(todo)
+            self.membership.commit(positions)
         except CommitFailedError as e:  # fenced or moved: the coordinator decides, we carry on
-            log.warning("commit of %d partitions refused: %s", len(todo), e)
+            log.warning("commit of %d partitions refused: %s", len(positions), e)
             return
-        self.committed.update(todo)
+        self.boundary = self.boundary.with_committed(positions)
 
     def _log_ends(self, shards: Collection[Shard]) -> dict[Shard, int]:
         out: dict[Shard, int] = {}

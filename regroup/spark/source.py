@@ -22,8 +22,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from regroup.protocol.microbatch import BatchOffset, split_ranges
-from regroup.protocol.shard import Shard
+from regroup.protocol.microbatch import BatchOffset, ShardRange, split_ranges
 from regroup.spark.options import SourceOptions, parse_options
 from regroup.spark.read import SPARK_SCHEMA_DDL, read_range
 
@@ -34,12 +33,12 @@ log = logging.getLogger("regroup.spark")
 
 
 class RangePartition(InputPartition):
-    """One Spark task: records [start, end) of one partition of the log."""
+    """One Spark task: one `ShardRange` (records [start, end) of one partition) of the log ``log_spec``."""
 
-    def __init__(self, log_spec: str, topic: str, partition: int, start: int, end: int) -> None:
-        super().__init__((topic, partition, start, end))
-        self.log_spec, self.topic, self.partition = log_spec, topic, partition
-        self.start, self.end = start, end
+    def __init__(self, log_spec: str, shard_range: ShardRange) -> None:
+        r = shard_range
+        super().__init__((r.shard.topic, r.shard.partition, r.start, r.end))
+        self.log_spec, self.range = log_spec, shard_range
 
 
 class RegroupStreamReader(DataSourceStreamReader):
@@ -79,16 +78,16 @@ class RegroupStreamReader(DataSourceStreamReader):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         ranges = self._joined().ranges(BatchOffset.from_json(start), BatchOffset.from_json(end))
-        return [RangePartition(self.opts.log, r.shard.topic, r.shard.partition, r.start, r.end)
-                for r in split_ranges(ranges, self.opts.max_records_per_split)]
+        pieces = split_ranges(ranges, self.opts.max_records_per_split)
+        return [RangePartition(self.opts.log, r) for r in pieces]
 
     def commit(self, end: dict[str, Any]) -> None:
         self._joined().batch_committed(BatchOffset.from_json(end))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, RangePartition)
-        return read_range(partition.log_spec, Shard(partition.topic, partition.partition),
-                          partition.start, partition.end)
+        r = partition.range
+        return read_range(partition.log_spec, r.shard, r.start, r.end)
 
     def stop(self) -> None:
         if self._member is not None:

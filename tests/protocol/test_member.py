@@ -768,13 +768,3 @@ TestMemberMachine = MemberMachine.TestCase
 TestMemberMachine.settings = settings(max_examples=100, stateful_step_count=60, deadline=None,
                                       suppress_health_check=[HealthCheck.too_slow])
 
-
-def test_from_last_lost_supersedes_what_came_before() -> None:
-    from regroup.protocol.member import Assign, Lost, Revoke, from_last_lost
-    from regroup.protocol.shard import Shard
-
-    a = Assign(frozenset({Shard("t", 0)}))
-    r = Revoke(frozenset({Shard("t", 1)}))
-    lost = Lost(frozenset(), "fenced")
-    assert from_last_lost([a, r]) is None
-    assert from_last_lost([a, lost, r, lost, a]) == [lost, a]

@@ -1,0 +1,39 @@
+"""`TopicPartition`: a partition of a topic, as the public API names it (confluent-kafka's name).
+
+The core hands out `Shard`s — today one whole partition each, later perhaps a key range inside one —
+and speaks of nothing else. What a user of `regroup.Consumer` is given and gives back is a partition:
+a value of its own, so that the public API keeps its meaning when the core's unit grows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple
+
+from regroup.protocol.shard import Shard
+
+
+class TopicPartition(NamedTuple):
+    """One partition of a topic: ``topic`` and ``partition`` (0-based). Prints as ``topic-3``."""
+
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+def partitions_of(shards: Iterable[Shard]) -> set[TopicPartition]:
+    return {TopicPartition(s.topic, s.partition) for s in shards}
+
+
+def shard_of(tp: TopicPartition | Shard) -> Shard:
+    return Shard(tp.topic, tp.partition)
+
+
+def offsets_by_shard(offsets: Mapping[TopicPartition, int] | Mapping[Shard, int]) -> dict[Shard, int]:
+    return {shard_of(tp): o for tp, o in offsets.items()}
+
+
+def offsets_by_partition(offsets: Mapping[Shard, int]) -> dict[TopicPartition, int]:
+    return {TopicPartition(s.topic, s.partition): o for s, o in offsets.items()}
