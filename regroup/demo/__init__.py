@@ -1,1 +1,2 @@
-"""The consumer-group demo: real coordinator, consumer and producer processes on the embedded log."""
+"""regroup's demos: `spark_demo` (the default: PySpark streaming queries as group members) and
+`consumer_demo` (plain Python consumer processes), on a real coordinator, producer and log."""
