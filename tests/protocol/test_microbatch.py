@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from regroup.protocol.microbatch import (
     BatchOffset,
+    Boundary,
     OffsetFormatError,
     ShardRange,
     batch_ranges,
@@ -154,3 +157,141 @@ def test_a_sequence_of_batches_reads_every_owned_record_once_and_respects_limits
     for s in SHARDS:
         assert read[s] == sorted(set(read[s])), f"{s} read twice"
         assert read[s] == list(range(committed[s])), f"{s}: gap or overrun"
+
+
+# ---------------------------------------------------------------------------------------------------
+# The Boundary: one query's knowledge of its shards, replaced at each batch boundary.
+
+KEEP, REVOKE, LOSE, TAKE, OTHER = "keep", "revoke", "lose", "take", "other"
+
+
+class Step(NamedTuple):
+    grow: dict[Shard, int]
+    what: dict[Shard, str]
+    other_reads: int
+    limit: int | None
+    accepted: bool
+    revoke_accepted: bool
+    ahead: dict[Shard, int]
+
+
+def test_the_boundary_begins_a_taken_shard_once_and_keeps_its_floor() -> None:
+    b = Boundary().taken({A: 4, B: 0}, {A: 4})
+    assert b.owned == {A, B} and b.committed() == {A: 4}
+    b2, end = b.plan(BatchOffset(), {A: 10, B: 2}, None, 7)
+    assert end == BatchOffset({A: 10, B: 2}, {A: 4, B: 0}, 7)
+    assert all(h.begin is None for h in b2.holdings.values()) and b.holdings[A].begin == 4  # b unchanged
+    assert b2.ranges(BatchOffset(), end) == [ShardRange(A, 4, 10), ShardRange(B, 0, 2)]
+    # A replay by a process that took A at 6 (another owner committed 6 meanwhile) reads from 6.
+    assert Boundary().taken({A: 6}, {A: 6}).ranges(BatchOffset(), end) == [ShardRange(A, 6, 10)]
+
+
+def test_the_boundary_commits_only_what_moved_and_forgets_released_shards() -> None:
+    b = Boundary().taken({A: 4, B: 0}, {A: 4})
+    done = BatchOffset({A: 4, B: 3, C: 9})
+    assert b.to_commit(done) == {B: 3}
+    assert b.to_commit(done, {A}) == {}
+    b = b.with_committed({B: 3, C: 9})
+    assert b.committed() == {A: 4, B: 3} and b.to_commit(done) == {}
+    assert b.released({B}).owned == {A} and b.released({B}).with_committed({B: 5}).committed() == {A: 4}
+
+
+@st.composite
+def boundary_runs(draw: st.DrawFn) -> tuple[bool, list[Step]]:
+    """Boundaries of one query in a group: per shard an event (keep, revoke, lose, take, or another
+    owner reading and committing ``n`` records while this query does not own it), how much the log
+    grew, a record limit, whether the coordinator accepts the boundary's commit and the revocations'
+    commits, and how far other owners go after the batch (for a replay by a restarted process).
+    A clean run has no refused commit and no Lost."""
+    clean = draw(st.booleans())
+    events = st.sampled_from([KEEP, REVOKE, TAKE, OTHER] if clean else [KEEP, REVOKE, LOSE, TAKE, OTHER])
+    steps = []
+    for _ in range(draw(st.integers(1, 20))):
+        grow = {s: draw(st.integers(0, 30)) for s in SHARDS}
+        what = {s: draw(events) for s in SHARDS}
+        ahead = {s: draw(st.integers(0, 30)) for s in SHARDS}
+        limit = draw(st.one_of(st.none(), st.integers(0, 60)))
+        steps.append(Step(grow, what, draw(st.integers(0, 20)), limit,
+                          clean or draw(st.booleans()), clean or draw(st.booleans()), ahead))
+    return clean, steps
+
+
+@settings(max_examples=300, deadline=None)
+@given(boundary_runs(), st.sets(st.sampled_from(SHARDS)))
+def test_the_boundary_keeps_the_sources_guarantees(
+    run: tuple[bool, list[Step]],
+    restarted_with: set[Shard],
+) -> None:
+    """Model: the query's boundary loop as `QueryMember.plan` runs it (commit the finished batch; then
+    revoke = commit then release, lose = release without commit, take = begin at the group's
+    committed offset; then plan), next to other owners that read and commit shards this query does
+    not own. Checks docs/spark.md's guarantees:
+
+    * a batch reads only owned shards, within the log and the limit;
+    * a revoked shard's committed offset is exactly where this query stopped (a clean hand-off)
+      whenever the coordinator accepts the commit;
+    * committed offsets never move backwards, and never past what was read;
+    * a batch replayed by a restarted process skips shards it does not own and never re-reads below
+      what the group had committed when it took them;
+    * every record below the final committed offset was read (at least once), and exactly once in
+      a clean run.
+    """
+    clean, steps = run
+    log_end = dict.fromkeys(SHARDS, 0)
+    group: dict[Shard, int] = {}  # the group's committed offsets
+    reads: dict[Shard, list[int]] = {s: [] for s in SHARDS}
+    b, finished = Boundary(), BatchOffset()
+
+    def commit(offsets: dict[Shard, int], accepted: bool) -> Boundary:
+        if not accepted or not offsets:
+            return b
+        for s, o in offsets.items():
+            assert o >= group.get(s, 0), f"{s}: commit {o} behind the group's {group.get(s)}"
+            assert o <= max(reads[s], default=-1) + 1, f"{s}: commit {o} past what was read"
+        group.update(offsets)
+        return b.with_committed(offsets)
+
+    for grow, what, other_reads, limit, accepted, revoke_accepted, ahead in steps:
+        for s in SHARDS:
+            log_end[s] += grow[s]
+        b = commit(b.to_commit(finished), accepted)
+        for s in SHARDS:
+            if what[s] == REVOKE and s in b.owned:
+                b = commit(b.to_commit(finished, {s}), revoke_accepted)
+                if revoke_accepted:
+                    assert group.get(s, 0) == finished.ends[s], f"{s}: unclean hand-off"
+                b = b.released({s})
+            elif what[s] == LOSE and s in b.owned:
+                b = b.released({s})
+            elif what[s] == TAKE and s not in b.owned:
+                at = group.get(s, 0)
+                b = b.taken({s: at}, {s: group[s]} if s in group else {})
+            elif what[s] == OTHER and s not in b.owned:
+                at = group.get(s, 0)
+                upto = min(log_end[s], at + other_reads)
+                reads[s].extend(range(at, upto))
+                group[s] = upto
+        b, end = b.plan(finished, {s: log_end[s] for s in b.owned}, limit, 1)
+        assert set(end.ends) == b.owned
+        if end == finished:
+            continue  # Spark runs no batch when the offset did not move
+        ranges = b.ranges(finished, end)
+        if limit is not None:
+            assert sum(r.count for r in ranges) <= limit
+        for r in ranges:
+            assert r.shard in b.owned and 0 <= r.start < r.end <= log_end[r.shard]
+            reads[r.shard].extend(range(r.start, r.end))
+        # The same batch replayed by a process restarted with other shards, which it took at the
+        # group's committed offsets once other owners had gone further (``ahead``): only those
+        # shards, and never below what the group had committed.
+        later = {s: min(log_end[s], group.get(s, 0) + ahead[s]) for s in restarted_with}
+        restarted = Boundary().taken(later, later)
+        for r in restarted.ranges(finished, end):
+            assert r.shard in restarted_with and r.start >= later[r.shard]
+        finished = end
+    for s in SHARDS:
+        below = set(range(group.get(s, 0)))
+        assert below <= set(reads[s]), f"{s}: records below the committed offset never read"
+        if clean:
+            assert len(reads[s]) == len(set(reads[s])), f"{s}: read twice in a clean run"
+            assert sorted(reads[s]) == list(range(len(reads[s]))), f"{s}: gap"
