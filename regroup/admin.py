@@ -306,9 +306,11 @@ def coordinator(
     heartbeat_interval_ms: int = typer.Option(5_000, help="How often members heartbeat."),
 ) -> None:
     """Run the group coordinator: gRPC API, durable store, timers, metrics."""
-    from regroup.coordinator.server import run_coordinator
+    from regroup.coordinator.server import ServerConfig, run_coordinator
 
-    code = run_coordinator(listen, data_dir, log or os.environ.get("REGROUP_LOG"),
-                           token or os.environ.get("REGROUP_TOKEN"), tls_cert, tls_key, metrics_port,
-                           session_timeout_ms, heartbeat_interval_ms)
+    code = run_coordinator(ServerConfig(
+        data_dir=data_dir, listen=listen, log_spec=log or os.environ.get("REGROUP_LOG"),
+        token=token or os.environ.get("REGROUP_TOKEN"), tls_cert=tls_cert, tls_key=tls_key,
+        metrics_port=metrics_port, session_timeout_ms=session_timeout_ms,
+        heartbeat_interval_ms=heartbeat_interval_ms))
     raise typer.Exit(code)

@@ -4,7 +4,9 @@
 
 Start-up: lock the data dir, read the snapshot and the records after it, rebuild the core with
 `Coordinator.recover` (every member gets a fresh session and every revoking member a fresh revocation
-timeout from now), ask the log backend for topic metadata, then listen. Once listening it prints one
+timeout from now; topic metadata starts as the groups recorded it), ask the log backend for topic
+metadata, then listen. Every setting is a field of `ServerConfig`, built from the command line by
+`ServerConfig.from_args`. Once listening it prints one
 line ``regroup coordinator listening on HOST:PORT ...`` on stdout.
 
 Shutdown (SIGTERM or SIGINT): Watch streams end, in-flight calls get a grace period (1 s; open
@@ -19,10 +21,11 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
@@ -38,8 +41,6 @@ from regroup.coordinator.watch import Watchers
 from regroup.log.errors import LogError
 from regroup.protocol.config import CoordinatorConfig
 from regroup.protocol.coordinator import Coordinator
-from regroup.protocol.records import GroupEpochRecord, Record, SubscribedTopicsRecord
-from regroup.protocol.topics import TopicMetadata
 
 log = logging.getLogger("regroup.coordinator")
 
@@ -58,23 +59,38 @@ class Listening:
     recovery_seconds: float
 
 
-def recorded_topics(records: Iterable[Record]) -> TopicMetadata:
-    """The topic metadata the groups last recorded: the core's starting point before the log answers.
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """Everything ``regroup coordinator`` can be told; the defaults are the command line's."""
 
-    Recovering with these (and not with the log's current view) lets the first `update_topics` see
-    whatever changed while the coordinator was down, exactly as if it had been running.
-    """
-    per_group: dict[str, Mapping[str, int]] = {}
-    for r in records:
-        if isinstance(r, SubscribedTopicsRecord):
-            per_group[r.group_id] = r.topics
-        elif isinstance(r, GroupEpochRecord) and r.epoch is None:
-            per_group.pop(r.group_id, None)
-    merged: dict[str, int] = {}
-    for topics in per_group.values():
-        for t, n in topics.items():
-            merged[t] = max(merged.get(t, 0), n)
-    return TopicMetadata(merged)
+    data_dir: str
+    listen: str = "127.0.0.1:9650"
+    #: Topic metadata source: static:NAME=N,..., file:PATH.json, or a log spec (None: recorded only).
+    log_spec: str | None = None
+    token: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    metrics_port: int | None = None
+    session_timeout_ms: int = 45_000
+    heartbeat_interval_ms: int = 5_000
+    snapshot_every: int = 50_000
+    topic_refresh_s: float = 5.0
+    history_limit: int = 100
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    max_pending_requests: int = DEFAULT_MAX_PENDING
+    #: How long in-flight calls may finish at shutdown.
+    grace_s: float = 1.0
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ServerConfig:
+        """From `build_parser`'s arguments; the token falls back to $REGROUP_TOKEN."""
+        return cls(
+            data_dir=args.data_dir, listen=args.listen, log_spec=args.log_spec,
+            token=args.token or os.environ.get("REGROUP_TOKEN") or None, tls_cert=args.tls_cert,
+            tls_key=args.tls_key, metrics_port=args.metrics_port, session_timeout_ms=args.session_timeout_ms,
+            heartbeat_interval_ms=args.heartbeat_interval_ms, snapshot_every=args.snapshot_every,
+            topic_refresh_s=args.topic_refresh_s, history_limit=args.history_limit,
+            max_message_bytes=args.max_message_bytes, max_pending_requests=args.max_pending_requests)
 
 
 def _host(listen: str) -> str:
@@ -83,44 +99,30 @@ def _host(listen: str) -> str:
 
 
 async def serve(
-    listen: str,
-    data_dir: str,
-    log_spec: str | None = None,
-    token: str | None = None,
-    tls_cert: str | None = None,
-    tls_key: str | None = None,
-    metrics_port: int | None = None,
-    session_timeout_ms: int = 45_000,
-    heartbeat_interval_ms: int = 5_000,
+    cfg: ServerConfig,
     *,
-    snapshot_every: int = 50_000,
-    topic_refresh_s: float = 5.0,
-    history_limit: int = 100,
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-    max_pending_requests: int = DEFAULT_MAX_PENDING,
-    grace_s: float = 1.0,
     stop: asyncio.Event | None = None,
     on_listening: Callable[[Listening], None] | None = None,
 ) -> int:
     """Serve until ``stop`` is set or SIGTERM/SIGINT arrives; returns the process exit status."""
-    if (tls_cert is None) != (tls_key is None):
+    if (cfg.tls_cert is None) != (cfg.tls_key is None):
         raise ValueError("TLS needs both --tls-cert and --tls-key")
-    config = CoordinatorConfig(session_timeout_ms=session_timeout_ms,
-                               heartbeat_interval_ms=heartbeat_interval_ms)
+    config = CoordinatorConfig(session_timeout_ms=cfg.session_timeout_ms,
+                               heartbeat_interval_ms=cfg.heartbeat_interval_ms)
+    listen, data_dir, token = cfg.listen, cfg.data_dir, cfg.token
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(sig, stop.set)
 
-    source = open_topic_source(log_spec)
-    store = DurableStore(data_dir, snapshot_every=snapshot_every, history_limit=history_limit)
+    source = open_topic_source(cfg.log_spec)
+    store = DurableStore(data_dir, snapshot_every=cfg.snapshot_every, history_limit=cfg.history_limit)
     t0 = time.perf_counter()
     loaded = store.open()
     try:
-        coord = Coordinator.recover(loaded.records, monotonic_ms(), config,
-                                    topics=recorded_topics(loaded.records))
-        history = EpochHistory(history_limit)
+        coord = Coordinator.recover(loaded.records, monotonic_ms(), config)
+        history = EpochHistory(cfg.history_limit)
         history.apply(loaded.history)
         recovery_s = time.perf_counter() - t0
         log.info("recovered %d records (%d from the snapshot) into %d groups in %.3f s",
@@ -131,21 +133,21 @@ async def serve(
         metrics.recovery_seconds.set(recovery_s)
         metrics.recovered_records.set(len(loaded.records))
         metrics.snapshot_records.set(loaded.snapshot_records)
-        refresher = TopicRefresher(source, interval_s=topic_refresh_s) if source is not None else None
+        refresher = TopicRefresher(source, interval_s=cfg.topic_refresh_s) if source is not None else None
         host = _host(listen)
         service = CoordinatorService(coord, store, metrics=metrics, history=history, watchers=Watchers(),
                                      refresher=refresher, options=ServiceOptions(address=listen))
         if refresher is not None:
             refresher.apply = service.apply_topics
             await refresher.refresh()  # before serving, so that members join against real topics
-        elif log_spec is None:
+        elif cfg.log_spec is None:
             log.warning("no --log given: topic metadata stays what the groups recorded (%d topics)",
                         len(coord.topics))
 
         server = grpc.aio.server(
             interceptors=[TokenInterceptor(token)] if token else None,
             options=[
-                ("grpc.max_receive_message_length", max_message_bytes),
+                ("grpc.max_receive_message_length", cfg.max_message_bytes),
                 ("grpc.so_reuseport", 0),
                 ("grpc.keepalive_time_ms", 60_000),
                 ("grpc.keepalive_timeout_ms", 20_000),
@@ -154,12 +156,12 @@ async def serve(
                 ("grpc.http2.max_pings_without_data", 0),
                 # Load shedding: calls that arrive while this many already wait for the event loop are
                 # cancelled at once (clients see CoordinatorUnavailable and retry) instead of queueing.
-                ("grpc.server.max_pending_requests", max_pending_requests),
-                ("grpc.server.max_pending_requests_hard_limit", 3 * max_pending_requests),
+                ("grpc.server.max_pending_requests", cfg.max_pending_requests),
+                ("grpc.server.max_pending_requests_hard_limit", 3 * cfg.max_pending_requests),
             ])
         server.add_generic_rpc_handlers((service.handler(),))
-        if tls_cert is not None and tls_key is not None:
-            port = server.add_secure_port(listen, server_credentials(tls_cert, tls_key))
+        if cfg.tls_cert is not None and cfg.tls_key is not None:
+            port = server.add_secure_port(listen, server_credentials(cfg.tls_cert, cfg.tls_key))
         else:
             if token:
                 log.warning("the API token crosses the network in clear text without TLS: "
@@ -174,9 +176,9 @@ async def serve(
 
         metrics_server = None
         bound_metrics: int | None = None
-        if metrics_port is not None:
+        if cfg.metrics_port is not None:
             try:
-                metrics_server, _ = serve_metrics(metrics, host or "0.0.0.0", metrics_port)
+                metrics_server, _ = serve_metrics(metrics, host or "0.0.0.0", cfg.metrics_port)
             except OSError:
                 await server.stop(0)
                 await service.close()
@@ -196,7 +198,7 @@ async def serve(
             w.cancel()
         log.info("shutting down%s", f" ({service.fatal_reason})" if service.fatal_reason else "")
         service.end_streams()
-        await server.stop(grace_s)
+        await server.stop(cfg.grace_s)
         log.debug("gRPC server stopped")
         await service.close()
         await store.close()
@@ -209,30 +211,10 @@ async def serve(
         await store.close()  # (again, harmlessly) also when start-up failed half-way
 
 
-def run_coordinator(
-    listen: str,
-    data_dir: str,
-    log_spec: str | None = None,
-    token: str | None = None,
-    tls_cert: str | None = None,
-    tls_key: str | None = None,
-    metrics_port: int | None = None,
-    session_timeout_ms: int = 45_000,
-    heartbeat_interval_ms: int = 5_000,
-    *,
-    snapshot_every: int = 50_000,
-    topic_refresh_s: float = 5.0,
-    history_limit: int = 100,
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-    max_pending_requests: int = DEFAULT_MAX_PENDING,
-) -> int:
+def run_coordinator(cfg: ServerConfig) -> int:
     """Blocking entry point for ``regroup coordinator``: returns the exit status (0, 1, or 2)."""
     try:
-        return asyncio.run(serve(
-            listen, data_dir, log_spec, token, tls_cert, tls_key, metrics_port, session_timeout_ms,
-            heartbeat_interval_ms, snapshot_every=snapshot_every, topic_refresh_s=topic_refresh_s,
-            history_limit=history_limit, max_message_bytes=max_message_bytes,
-            max_pending_requests=max_pending_requests))
+        return asyncio.run(serve(cfg))
     except (StoreError, LogError, ValueError, OSError) as e:
         log.error("%s", e)
         print(f"regroup coordinator: {e}", file=sys.stderr)
@@ -264,17 +246,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    import os
-
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    sys.exit(run_coordinator(
-        args.listen, args.data_dir, args.log_spec, args.token or os.environ.get("REGROUP_TOKEN") or None,
-        args.tls_cert, args.tls_key, args.metrics_port, args.session_timeout_ms, args.heartbeat_interval_ms,
-        snapshot_every=args.snapshot_every, topic_refresh_s=args.topic_refresh_s,
-        history_limit=args.history_limit, max_message_bytes=args.max_message_bytes,
-        max_pending_requests=args.max_pending_requests))
+    sys.exit(run_coordinator(ServerConfig.from_args(args)))
 
 
 if __name__ == "__main__":

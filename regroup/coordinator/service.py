@@ -1,10 +1,10 @@
-"""The coordinator service: the asyncio gRPC servicer around the protocol core.
+"""The coordinator service: the asyncio gRPC servicer around the coordinator runtime.
 
-Every call runs the core synchronously on the event loop (the core is fast and never blocks), hands
-the records of the step to the store, pushes the step's nudges to Watch streams, and answers only once
-every record the answer may reflect is durable. The service decides nothing about the protocol: it
-converts (`regroup.rpc.wire`), persists, schedules `expire()` at `next_deadline()`, feeds topic
-metadata to `update_topics()`, and reports.
+Every handler decodes the request (`regroup.rpc.wire`), goes through the runtime's door (`_step` for
+a change, `_ask` for a read: the core runs synchronously on the event loop, it is fast and never
+blocks), performs the step's effects (history, nudges to Watch streams, the timer at the next
+deadline, logs and metrics), awaits the durability the runtime names, then encodes the answer. The
+service decides nothing about the protocol and validates nothing the core validates.
 
 Fail-stop: if the store cannot write, or the core raises an unexpected exception in a call that
 changes state, memory may no longer match the disk. The service then refuses further calls and asks
@@ -27,17 +27,17 @@ import grpc.aio
 
 from regroup.coordinator import history as hist
 from regroup.coordinator.metrics import Metrics
+from regroup.coordinator.runtime import Effects, Runtime
 from regroup.coordinator.sources import TopicRefresher
 from regroup.coordinator.store import DurableStore, StoreError
 from regroup.coordinator.watch import CLOSED, TooManyWatchers, Watchers
 from regroup.protocol.coordinator import Coordinator, Outcome
+from regroup.protocol.describe import GroupDescription
 from regroup.protocol.errors import ErrorCode, ProtocolError
 from regroup.protocol.messages import Ack, HeartbeatResponse, OffsetFetchResponse
-from regroup.protocol.records import MemberMetadataRecord, Record, TargetEpochRecord
 from regroup.protocol.shard import Shard
 from regroup.protocol.timers import MemberKey
 from regroup.protocol.topics import TopicMetadata
-from regroup.protocol.validation import check_id, check_shards
 from regroup.rpc import regroup_pb2 as pb
 from regroup.rpc import wire
 from regroup.rpc.errors import WireError
@@ -53,6 +53,10 @@ Ctx = grpc.aio.ServicerContext[Any, Any]
 
 def monotonic_ms() -> int:
     return int(time.monotonic() * 1000)
+
+
+def unix_ms() -> int:
+    return int(time.time() * 1000)
 
 
 class _Stopped(Exception):
@@ -84,6 +88,7 @@ class CoordinatorService:
     ) -> None:
         self.coord = coord
         self.store = store
+        self.runtime = Runtime(coord, store, unix_ms)
         self.metrics = metrics or Metrics()
         self.history = history or hist.EpochHistory()
         self.watchers = watchers or Watchers()
@@ -111,7 +116,7 @@ class CoordinatorService:
     def start(self) -> None:
         self.metrics.topics.set(len(self.coord.topics))
         self._observe()
-        self._rearm_timer()
+        self._rearm_timer(self.coord.next_deadline())
         self._tasks.append(asyncio.create_task(self._observe_loop(), name="regroup-metrics"))
         if self.refresher is not None:
             self._tasks.append(asyncio.create_task(self.refresher.run(), name="regroup-topics"))
@@ -137,66 +142,63 @@ class CoordinatorService:
         log.critical("stopping the coordinator: %s; restart it to recover from the durable records", reason)
         self.stopped.set()
 
-    # ================================================================= one step of the core
-    def _mutate(self, step: Callable[[], Outcome[R]]) -> Outcome[R]:
+    # ================================================================= the runtime's doors
+    def _step(self, decide: Callable[[Coordinator], Outcome[R]], requester: MemberKey | None = None,
+              ) -> Effects[R]:
+        """Run one state-changing call through the runtime and perform its effects."""
         if self.fatal_reason:
             raise _Stopped(self.fatal_reason)
         t0 = time.perf_counter()
         try:
-            out = step()
+            eff = self.runtime.step(decide, requester)
+        except StoreError as e:
+            self.fail(f"the record store failed: {e}")
+            raise _Stopped(self.fatal_reason) from e
         except Exception as e:
             log.exception("the protocol core raised while changing state")
             self.fail(f"the protocol core raised {type(e).__name__}: {e}")
             raise _Stopped(self.fatal_reason) from e
-        if any(isinstance(r, TargetEpochRecord) for r in out.records):
+        if eff.installed_target:
             self.metrics.assignment_seconds.observe(time.perf_counter() - t0)
-        return out
+        self._perform(eff)
+        return eff
 
-    def _persist(self, out: Outcome[Any], requester: MemberKey | None = None) -> int:
-        """Queue the step's records, note its history, push its nudges; the seq to await."""
-        if out.records:
-            ops = hist.derive(out.records, out.fenced, int(time.time() * 1000))
-            seq = self.store.append(out.records, ops)
-            self.history.apply(ops)
-            self.metrics.observe_records(out.records)
-            self._forget_clients(out.records)
+    async def _ask(self, answer: Callable[[Coordinator], R]) -> R:
+        """A read through the runtime: answered once the state it shows is durable."""
+        return await self._released(self.runtime.read(answer))
+
+    async def _released(self, eff: Effects[R]) -> R:
+        """The step's response, once every record it may reflect is durable."""
+        try:
+            await self.store.durable(eff.durable_seq)
+        except StoreError as e:
+            raise _Stopped(str(e)) from e
+        return eff.response
+
+    def _perform(self, eff: Effects[Any]) -> None:
+        if eff.records:
+            self.history.apply(eff.history)
+            self.metrics.observe_records(eff.records)
             self.metrics.records_since_snapshot.set(self.store.records_since_snapshot)
             self._observe_soon()
-            if self.store.compaction_due():
-                self.store.compact(self.coord.snapshot())
-        else:
-            seq = self.store.tail
-        for note in out.notes:
+        for key in eff.departed:
+            self.clients.pop(key, None)
+        for note in eff.notes:
             log.warning("%s", note)
-        for gid, mid in out.fenced:
-            log.info("group %r: member %r fenced (session or revocation timeout)", gid, mid)
-            self.metrics.fenced.labels(gid).inc()
-        if out.wake:
-            # The requester's own answer already reflects this step: no need to wake it too.
-            targets = out.wake - {requester} if requester is not None else out.wake
-            self.watchers.nudge(targets, self._epoch_of)
-        self._rearm_timer()
-        return seq
+        for line in eff.fence_lines():
+            log.info("%s", line)
+        for f in eff.fences:
+            self.metrics.fenced.labels(f.group_id).inc()
+        if eff.nudges:
+            self.watchers.nudge(eff.nudges, self._epoch_of)
+        self._rearm_timer(eff.next_deadline)
 
     def _epoch_of(self, group_id: str) -> int:
         group = self.coord.groups.get(group_id)
         return group.epoch if group is not None else 0
 
-    def _forget_clients(self, records: tuple[Record, ...]) -> None:
-        for r in records:
-            if isinstance(r, MemberMetadataRecord) and r.metadata is None:
-                self.clients.pop((r.group_id, r.member_id), None)
-
-    async def _answer(self, seq: int) -> None:
-        """Wait until the state an answer reflects (every record up to ``seq``) is durable."""
-        try:
-            await self.store.durable(seq)
-        except StoreError as e:
-            raise _Stopped(str(e)) from e
-
     # ================================================================= timers and topics
-    def _rearm_timer(self) -> None:
-        deadline = self.coord.next_deadline()
+    def _rearm_timer(self, deadline: int | None) -> None:
         if deadline is None:
             if self._timer is not None:
                 self._timer.cancel()
@@ -214,20 +216,16 @@ class CoordinatorService:
         self._timer = self._timer_at = None
         if self.fatal_reason:
             return
-        try:
-            out = self._mutate(lambda: self.coord.expire(self.clock()))
-            self._persist(out)
-        except (_Stopped, StoreError):
-            return
+        with contextlib.suppress(_Stopped):
+            self._step(lambda c: c.expire(self.clock()))
 
     def apply_topics(self, topics: TopicMetadata) -> None:
         """New metadata from the log backend (called by the refresher on the event loop)."""
         if self.fatal_reason:
             return
         try:
-            out = self._mutate(lambda: self.coord.update_topics(topics, self.clock()))
-            self._persist(out)
-        except (_Stopped, StoreError):
+            self._step(lambda c: c.update_topics(topics, self.clock()))
+        except _Stopped:
             return
         self.metrics.topics.set(len(topics))
 
@@ -255,12 +253,12 @@ class CoordinatorService:
                                      request.member_epoch, self.coord.config.heartbeat_interval_ms)
             self._hb_counters[resp.error].inc()
             return wire.heartbeat_response_to_pb(resp)
-        out = self._mutate(lambda: self.coord.heartbeat(req, self.clock()))
-        seq = self._persist(out, (req.group_id, req.member_id))
-        resp = out.response
+        key = (req.group_id, req.member_id)
+        eff = self._step(lambda c: c.heartbeat(req, self.clock()), key)
+        resp = eff.response
         if resp.error is ErrorCode.NONE and resp.member_epoch >= 0:
-            self._seen((req.group_id, req.member_id), context)
-        await self._answer(seq)
+            self._seen(key, context)
+        await self._released(eff)
         self._hb_counters[resp.error].inc()
         self.metrics.heartbeat_latency.observe(time.perf_counter() - t0)
         return wire.heartbeat_response_to_pb(resp)
@@ -295,13 +293,11 @@ class CoordinatorService:
 
     async def watch(self, request: pb.WatchRequest, context: Ctx) -> AsyncIterator[pb.Nudge]:
         key = (request.group_id, request.member_id)
-        try:
-            check_id("group_id", request.group_id, self.coord.config)
-            check_id("member_id", request.member_id, self.coord.config)
-        except ProtocolError as e:
+        ack = await self._ask(lambda c: c.watch(*key))
+        if not ack.ok:
             yield pb.Nudge(kind=pb.NUDGE_KIND_SUBSCRIBED, group_id=request.group_id[:255],
-                           member_id=request.member_id[:255], error=wire.error_to_pb(e.code),
-                           message=e.message)
+                           member_id=request.member_id[:255], error=wire.error_to_pb(ack.error),
+                           message=ack.message)
             return
         try:
             queue = self.watchers.subscribe(key)
@@ -326,24 +322,16 @@ class CoordinatorService:
             req = wire.commit_request_from_pb(request)
         except WireError as e:
             return self._ack("CommitOffsets", Ack(ErrorCode.INVALID_REQUEST, str(e)))
-        out = self._mutate(lambda: self.coord.commit_offsets(req, self.clock()))
-        await self._answer(self._persist(out))
-        return self._ack("CommitOffsets", out.response)
+        ack = await self._released(self._step(lambda c: c.commit_offsets(req, self.clock())))
+        return self._ack("CommitOffsets", ack)
 
     async def fetch_offsets(self, request: pb.OffsetFetchRequest, _context: Ctx) -> pb.OffsetFetchResponse:
         try:
             req = wire.fetch_request_from_pb(request)
-            cfg = self.coord.config
-            check_id("group_id", req.group_id, cfg)
-            check_id("member_id", req.member_id, cfg, allow_empty=True)
-            if req.shards is not None:
-                check_shards("shards", req.shards, cfg, cfg.max_owned_shards)
-            resp = self.coord.fetch_offsets(req)
         except WireError as e:
             resp = OffsetFetchResponse(ErrorCode.INVALID_REQUEST, str(e))
-        except ProtocolError as e:
-            resp = OffsetFetchResponse(e.code, e.message)
-        await self._answer(self.store.tail)
+        else:
+            resp = await self._ask(lambda c: c.fetch_offsets(req))
         self._count("FetchOffsets", resp.error)
         return wire.fetch_response_to_pb(resp)
 
@@ -352,78 +340,57 @@ class CoordinatorService:
             req = wire.reset_request_from_pb(request)
         except WireError as e:
             return self._ack("ResetOffsets", Ack(ErrorCode.INVALID_REQUEST, str(e)))
-        out = self._mutate(lambda: self.coord.commit_offsets(req, self.clock()))
-        await self._answer(self._persist(out))
-        return self._ack("ResetOffsets", out.response)
+        ack = await self._released(self._step(lambda c: c.reset_offsets(req, self.clock())))
+        return self._ack("ResetOffsets", ack)
 
     async def delete_offsets(self, request: pb.DeleteOffsetsRequest, _context: Ctx) -> pb.Ack:
         try:
             group_id, shards = wire.delete_offsets_from_pb(request)
-            cfg = self.coord.config
-            check_id("group_id", group_id, cfg)
-            if shards is not None:
-                check_shards("shards", shards, cfg, cfg.max_owned_shards)
         except WireError as e:
             return self._ack("DeleteOffsets", Ack(ErrorCode.INVALID_REQUEST, str(e)))
-        except ProtocolError as e:
-            return self._ack("DeleteOffsets", Ack(e.code, e.message))
-        out = self._mutate(lambda: self.coord.delete_offsets(group_id, shards))
-        await self._answer(self._persist(out))
-        return self._ack("DeleteOffsets", out.response)
+        ack = await self._released(self._step(lambda c: c.delete_offsets(group_id, shards)))
+        return self._ack("DeleteOffsets", ack)
 
     # ================================================================= delegated assignment
     async def get_assignment_spec(self, request: pb.AssignmentSpecRequest, _context: Ctx,
                                   ) -> pb.AssignmentSpecResponse:
         try:
-            check_id("group_id", request.group_id, self.coord.config)
-            check_id("member_id", request.member_id, self.coord.config)
-            spec = self.coord.assignment_spec(request.group_id, request.member_id, request.member_epoch)
+            spec = await self._ask(lambda c: c.assignment_spec(request.group_id, request.member_id,
+                                                               request.member_epoch))
         except ProtocolError as e:
             self._count("GetAssignmentSpec", e.code)
             return pb.AssignmentSpecResponse(error=wire.error_to_pb(e.code), message=e.message)
-        await self._answer(self.store.tail)
         self._count("GetAssignmentSpec", ErrorCode.NONE)
         return wire.spec_response_to_pb(spec)
 
     async def install_assignment(self, request: pb.InstallAssignmentRequest, _context: Ctx) -> pb.Ack:
         try:
-            check_id("group_id", request.group_id, self.coord.config)
-            check_id("member_id", request.member_id, self.coord.config)
             assignment: dict[str, Iterable[Shard]] = dict(wire.install_assignment_from_pb(request))
         except WireError as e:
             return self._ack("InstallAssignment", Ack(ErrorCode.INVALID_REQUEST, str(e)))
-        except ProtocolError as e:
-            return self._ack("InstallAssignment", Ack(e.code, e.message))
-        out = self._mutate(lambda: self.coord.install_assignment(
+        ack = await self._released(self._step(lambda c: c.install_assignment(
             request.group_id, request.member_id, request.member_epoch, request.group_epoch, assignment,
-            self.clock()))
-        await self._answer(self._persist(out))
-        return self._ack("InstallAssignment", out.response)
+            self.clock())))
+        return self._ack("InstallAssignment", ack)
 
     # ================================================================= administration
     async def describe_group(self, request: pb.DescribeGroupRequest, _context: Ctx,
                              ) -> pb.DescribeGroupResponse:
         gid = request.group_id
         try:
-            check_id("group_id", gid, self.coord.config)
-            self.coord.describe_group(gid)  # GROUP_ID_NOT_FOUND before asking the log
-        except ProtocolError as e:
+            # The core's checks (and GROUP_ID_NOT_FOUND) before asking the log for end offsets.
+            topics = sorted(self.runtime.read(lambda c: c.describe_group(gid)).response.subscribed_topics)
+            ends = await self._end_offsets(topics)
+            details = await self._ask(lambda c: self._details(c.describe_group(gid), ends))
+        except ProtocolError as e:  # also: deleted while we asked the log
             self._count("DescribeGroup", e.code)
             return pb.DescribeGroupResponse(error=wire.error_to_pb(e.code), message=e.message)
-        group = self.coord.groups.get(gid)
-        ends = await self._end_offsets(sorted(group.subscribed_topics) if group is not None else [])
-        try:
-            details = self._details(gid, ends)
-        except ProtocolError as e:  # deleted while we asked the log
-            self._count("DescribeGroup", e.code)
-            return pb.DescribeGroupResponse(error=wire.error_to_pb(e.code), message=e.message)
-        await self._answer(self.store.tail)
         self._count("DescribeGroup", ErrorCode.NONE)
         return pb.DescribeGroupResponse(error=wire.error_to_pb(ErrorCode.NONE),
                                         group=wire.group_details_to_pb(details))
 
-    def _details(self, gid: str, ends: dict[Shard, int]) -> GroupDetails:
-        d = self.coord.describe_group(gid)
+    def _details(self, d: GroupDescription, ends: dict[Shard, int]) -> GroupDetails:
+        gid = d.group_id
         now = self.clock()
         clients = {}
         for m in d.members:
@@ -462,19 +429,13 @@ class CoordinatorService:
             return {}
 
     async def list_groups(self, _request: pb.ListGroupsRequest, _context: Ctx) -> pb.ListGroupsResponse:
-        groups = self.coord.list_groups()
-        await self._answer(self.store.tail)
+        groups = await self._ask(lambda c: c.list_groups())
         self._count("ListGroups", ErrorCode.NONE)
         return wire.list_groups_to_pb(groups)
 
     async def delete_group(self, request: pb.DeleteGroupRequest, _context: Ctx) -> pb.Ack:
-        try:
-            check_id("group_id", request.group_id, self.coord.config)
-        except ProtocolError as e:
-            return self._ack("DeleteGroup", Ack(e.code, e.message))
-        out = self._mutate(lambda: self.coord.delete_group(request.group_id))
-        await self._answer(self._persist(out))
-        return self._ack("DeleteGroup", out.response)
+        ack = await self._released(self._step(lambda c: c.delete_group(request.group_id)))
+        return self._ack("DeleteGroup", ack)
 
     async def topics(self, _request: pb.TopicsRequest, _context: Ctx) -> pb.TopicsResponse:
         return wire.topics_to_pb(self._topics_info())
@@ -482,8 +443,7 @@ class CoordinatorService:
     async def refresh_topics(self, _request: pb.TopicsRequest, _context: Ctx) -> pb.TopicsResponse:
         if self.refresher is not None:
             await self.refresher.refresh()
-        await self._answer(self.store.tail)
-        return wire.topics_to_pb(self._topics_info())
+        return wire.topics_to_pb(await self._ask(lambda _: self._topics_info()))
 
     def _topics_info(self) -> TopicsInfo:
         r = self.refresher

@@ -1,14 +1,16 @@
 """The group coordinator as a pure state machine.
 
-Every public method takes the current time (ms) as an argument and returns an `Outcome`: the
-response, the records that must be made durable *before* the response is released, and the members
-worth nudging (their next heartbeat has something for them). Nothing here sleeps, reads a clock or
-touches the network; `next_deadline()` tells the shell when to call `expire(now)`.
+Every public method that may change state takes the current time (ms) as an argument and returns an
+`Outcome`: the response, the records that must be made durable *before* the response is released, the
+members worth nudging (their next heartbeat has something for them), and why epochs moved and who was
+fenced (`regroup.protocol.causes`). Nothing here sleeps, reads a clock or touches the network;
+`next_deadline()` tells the shell when to call `expire(now)`. Every request is validated here, so the
+service, the simulator and the tests all exercise the same checks; the shells only decode.
 
 Rules the methods keep (docs/protocol.md explains them):
 * the group epoch is bumped only when a member joins, leaves or is fenced, when a subscription
   changes, or when the subscribed topics' metadata or a regex's resolution changes — never for a
-  static member replacing itself with the same subscription, nor for its temporary leave (-2);
+  static member replacing itself with the same subscription, nor for its temporary leave;
 * the target assignment is recomputed only when the group epoch is ahead of it, and right away, so
   that the members it affects can be nudged at once;
 * each member then moves toward its target on its own heartbeats (`reconcile`): no barrier.
@@ -27,10 +29,27 @@ from regroup.protocol.assignors.base import (
     GroupSpec,
     validate_assignment,
 )
+from regroup.protocol.causes import (
+    BumpCause,
+    EpochEvent,
+    Fence,
+    FenceReason,
+    GroupCreated,
+    GroupDeleted,
+    GroupEpochBumped,
+    MemberFenced,
+    MemberJoined,
+    MemberLeft,
+    RegexResolved,
+    StaticTakeOver,
+    SubscribedTopicsChanged,
+    SubscriptionChanged,
+    TargetInstalled,
+)
 from regroup.protocol.config import CoordinatorConfig
 from regroup.protocol.describe import GroupDescription, describe
 from regroup.protocol.errors import ErrorCode, ProtocolError
-from regroup.protocol.membership import (
+from regroup.protocol.fencing import (
     check_epoch,
     check_instance,
     merged_metadata,
@@ -47,6 +66,7 @@ from regroup.protocol.messages import (
     OffsetCommitRequest,
     OffsetFetchRequest,
     OffsetFetchResponse,
+    OffsetResetRequest,
 )
 from regroup.protocol.offsets import (
     check_member_epoch,
@@ -54,6 +74,7 @@ from regroup.protocol.offsets import (
     delete_offset_records,
     fetch_offsets,
     require_empty,
+    reset_records,
 )
 from regroup.protocol.reconcile import reconcile
 from regroup.protocol.records import (
@@ -82,7 +103,16 @@ from regroup.protocol.target import (
 )
 from regroup.protocol.timers import DueTimer, MemberKey, TimerKind, Timers
 from regroup.protocol.topics import TopicMetadata
-from regroup.protocol.validation import validate_commit, validate_heartbeat, validate_new_member
+from regroup.protocol.validation import (
+    check_id,
+    validate_commit,
+    validate_fetch,
+    validate_group_shards,
+    validate_heartbeat,
+    validate_member_ids,
+    validate_new_member,
+    validate_reset,
+)
 
 R = TypeVar("R", covariant=True)
 T = TypeVar("T")
@@ -97,10 +127,18 @@ class Outcome(Generic[R]):
     records: tuple[Record, ...] = ()
     #: Members whose next heartbeat will find work (revoke, or shards they waited for are free).
     wake: frozenset[MemberKey] = frozenset()
-    #: Members removed by this step because they timed out (session or revocation).
-    fenced: tuple[MemberKey, ...] = ()
+    #: Members removed by this step because they missed a deadline, and which one.
+    fences: tuple[Fence, ...] = ()
+    #: Groups created, bumped (with why) or deleted, and targets installed, in order.
+    epoch_events: tuple[EpochEvent, ...] = ()
+    #: Members no longer in their group after this step (left, fenced, or replaced by a take-over).
+    departed: tuple[MemberKey, ...] = ()
     #: Things an operator should see in the log (e.g. a custom assignor that failed).
     notes: tuple[str, ...] = ()
+
+    @property
+    def fenced(self) -> tuple[MemberKey, ...]:
+        return tuple((f.group_id, f.member_id) for f in self.fences)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,21 +152,36 @@ class DelegatedSpec:
 
 @dataclass
 class _Changes:
-    """Records emitted by one step, applied as they are emitted so later decisions see them."""
+    """Records emitted by one step, applied as they are emitted so later decisions see them.
+
+    Causes wait in ``pending`` until the bump they explain (rule 2 of `regroup.protocol.causes`).
+    """
 
     groups: dict[str, Group]
     records: list[Record] = field(default_factory=list)
     wake: set[MemberKey] = field(default_factory=set)
-    fenced: list[MemberKey] = field(default_factory=list)
+    fences: list[Fence] = field(default_factory=list)
+    events: list[EpochEvent] = field(default_factory=list)
+    departed: list[MemberKey] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    pending: dict[str, list[BumpCause]] = field(default_factory=dict)
 
     def emit(self, record: Record) -> None:
         apply(self.groups, record)
         self.records.append(record)
 
+    def because(self, group_id: str, cause: BumpCause) -> None:
+        self.pending.setdefault(group_id, []).append(cause)
+
+    def bump(self, group: Group) -> None:
+        epoch = group.epoch + 1
+        self.emit(GroupEpochRecord(group.group_id, epoch))
+        causes = tuple(self.pending.pop(group.group_id, ()))
+        self.events.append(GroupEpochBumped(group.group_id, epoch, causes))
+
     def outcome(self, response: T) -> Outcome[T]:
-        return Outcome(response, tuple(self.records), frozenset(self.wake), tuple(self.fenced),
-                       tuple(self.notes))
+        return Outcome(response, tuple(self.records), frozenset(self.wake), tuple(self.fences),
+                       tuple(self.events), tuple(self.departed), tuple(self.notes))
 
 
 class Coordinator:
@@ -160,9 +213,15 @@ class Coordinator:
 
         Members get a full session from ``now`` (they could not heartbeat while we were down), and
         members still revoking get a full revocation timeout.
+
+        Without ``topics``, the coordinator starts from the topic metadata its groups last recorded.
+        Starting there, and not from the log's current view, lets the first `update_topics` see
+        whatever changed while the coordinator was down, exactly as if it had been running.
         """
         coord = cls(config, assignors, topics)
         apply_all(coord.groups, records)
+        if topics is None:
+            coord.topics = _recorded_topics(coord.groups)
         for gid, group in sorted(coord.groups.items()):
             for mid in sorted(group.members):
                 coord._touch(gid, mid, now)
@@ -241,20 +300,26 @@ class Coordinator:
         ch = _Changes(self.groups)
         if group is None:
             ch.emit(GroupEpochRecord(gid, 0))
+            ch.events.append(GroupCreated(gid))
             group = self.groups[gid]
         bump = False
         if predecessor is not None:
             self._take_over(ch, group, predecessor, mid, new_meta)
             bump = subscription_changed(base, new_meta) if base is not None else True
+            if bump and req.instance_id is not None:
+                ch.because(gid, StaticTakeOver(req.instance_id, predecessor, mid))
         elif meta is None:
             ch.emit(MemberMetadataRecord(gid, mid, new_meta))
-            ch.emit(CurrentAssignmentRecord(gid, mid, CurrentAssignment(0, -1, MemberStatus.STABLE,
+            ch.emit(CurrentAssignmentRecord(gid, mid, CurrentAssignment(0, LEAVE_EPOCH, MemberStatus.STABLE,
                                                                         EMPTY, EMPTY)))
+            ch.because(gid, MemberJoined(mid))
             bump = True
         else:
             if new_meta is not meta:
                 ch.emit(MemberMetadataRecord(gid, mid, new_meta))
                 bump = subscription_changed(meta, new_meta)
+                if bump:
+                    ch.because(gid, SubscriptionChanged(mid))
             cur = group.current[mid]
             if cur.epoch == STATIC_LEAVE_EPOCH:  # the same static member is back under its own id
                 ch.emit(CurrentAssignmentRecord(gid, mid, _returned(cur)))
@@ -270,7 +335,7 @@ class Coordinator:
             # rejoin after the member gave up on us, or a stale duplicate. Its "owns nothing" cannot
             # be trusted to release anything: treat ownership as unreported until its next heartbeat.
             owned = None
-        nxt = reconcile(cur, group.target_epoch, group.target.get(mid, EMPTY), owned,
+        nxt = reconcile(cur, group.target_epoch, group.member_target(mid), owned,
                         lambda s: owners.get(s, mid) != mid)
         if nxt is not cur:
             ch.emit(CurrentAssignmentRecord(gid, mid, nxt))
@@ -307,12 +372,12 @@ class Coordinator:
     def _leave(self, req: HeartbeatRequest, now: int) -> Outcome[HeartbeatResponse]:
         group, _ = self._known_member(req)
         ch = _Changes(self.groups)
-        self._remove(ch, group, req.member_id, now)
+        self._remove(ch, group, req.member_id, now, MemberLeft(req.member_id))
         return ch.outcome(HeartbeatResponse(ErrorCode.NONE, "", req.member_id, LEAVE_EPOCH,
                                             self.config.heartbeat_interval_ms))
 
     def _static_leave(self, req: HeartbeatRequest, now: int) -> Outcome[HeartbeatResponse]:
-        """A static member steps out (-2): it keeps its shards until its session times out."""
+        """A static member steps out for a while: it keeps its shards until its session times out."""
         group, cur = self._known_member(req)
         ch = _Changes(self.groups)
         if cur.epoch != STATIC_LEAVE_EPOCH:
@@ -336,10 +401,12 @@ class Coordinator:
         check_instance(group, req, meta)
         return group, group.current[req.member_id]
 
-    def _remove(self, ch: _Changes, group: Group, mid: str, now: int) -> None:
+    def _remove(self, ch: _Changes, group: Group, mid: str, now: int, cause: MemberLeft | MemberFenced,
+                ) -> None:
         """Take a member out for good (leave or fence): bump, free its shards, new target."""
         released = _held(group.current[mid])
         self._drop_member(ch, group, mid)
+        ch.because(group.group_id, cause)
         self._subscriptions_changed(ch, group, force_bump=True)
         self._maybe_update_target(ch, group, now)
         self._wake_waiters(ch, group, released)
@@ -350,6 +417,7 @@ class Coordinator:
         if mid in group.target:
             ch.emit(TargetMemberRecord(gid, mid, None))
         ch.emit(MemberMetadataRecord(gid, mid, None))
+        ch.departed.append((gid, mid))
         self.timers.forget_member(gid, mid)
 
     # ---------------------------------------------------------------- epochs and targets
@@ -364,13 +432,15 @@ class Coordinator:
             resolved = resolve_regex(rx, self.topics)
             if group.regexes.get(rx) != resolved:
                 ch.emit(RegexRecord(gid, rx, resolved))
+                ch.because(gid, RegexResolved(rx, resolved))
                 changed = True
         counts = subscribed_topic_counts(group, self.topics)
         if counts != group.subscribed_topics:
             ch.emit(SubscribedTopicsRecord(gid, counts))
+            ch.because(gid, SubscribedTopicsChanged(counts))
             changed = True
         if changed:
-            ch.emit(GroupEpochRecord(gid, group.epoch + 1))
+            ch.bump(group)
 
     def _maybe_update_target(self, ch: _Changes, group: Group, now: int) -> None:
         if group.epoch <= group.target_epoch:
@@ -408,6 +478,7 @@ class Coordinator:
         for r in records:
             ch.emit(r)
         gid = group.group_id
+        ch.events.append(TargetInstalled(gid, group.target_epoch, name, len(records) - 1))
         ch.wake.update((gid, mid) for mid in changed)
         self.timers.disarm(TimerKind.DELEGATION, gid, "")
 
@@ -424,6 +495,7 @@ class Coordinator:
     # ---------------------------------------------------------------- delegated assignment
     def assignment_spec(self, group_id: str, member_id: str, member_epoch: int) -> DelegatedSpec:
         """For the delegate: the input to compute the next target with a client-side assignor."""
+        validate_member_ids(group_id, member_id, self.config)
         group = self._group(group_id)
         check_member_epoch(group, member_id, member_epoch)
         name = chosen_assignor(group, self.assignors)
@@ -479,11 +551,16 @@ class Coordinator:
         cur = group.current.get(due.member_id)
         if cur is None:
             return
-        if due.kind is TimerKind.REVOCATION and not (
-                cur.status is MemberStatus.UNREVOKED and cur.epoch == due.epoch):
-            return
-        ch.fenced.append((group.group_id, due.member_id))
-        self._remove(ch, group, due.member_id, now)
+        revoking = cur.status is MemberStatus.UNREVOKED
+        if due.kind is TimerKind.REVOCATION:
+            if not (revoking and cur.epoch == due.epoch):
+                return
+            reason = FenceReason.REVOCATION_TIMEOUT
+        else:
+            reason = FenceReason.SESSION_TIMEOUT
+        ch.fences.append(Fence(group.group_id, due.member_id, reason,
+                               cur.pending_revocation if revoking else EMPTY))
+        self._remove(ch, group, due.member_id, now, MemberFenced(due.member_id, reason))
 
     def _arm_revocation(self, group: Group, mid: str, cur: CurrentAssignment, nxt: CurrentAssignment,
                         now: int) -> None:
@@ -504,7 +581,7 @@ class Coordinator:
         if not released:
             return
         for mid, c in group.current.items():
-            if c.status is MemberStatus.UNRELEASED and not group.target.get(mid, EMPTY).isdisjoint(released):
+            if c.status is MemberStatus.UNRELEASED and not group.member_target(mid).isdisjoint(released):
                 ch.wake.add((group.group_id, mid))
 
     # ---------------------------------------------------------------- topic metadata
@@ -523,27 +600,39 @@ class Coordinator:
 
     # ---------------------------------------------------------------- offsets and admin
     def commit_offsets(self, req: OffsetCommitRequest, now: int) -> Outcome[Ack]:
+        """A member's commit (an operator's goes through `reset_offsets`)."""
         try:
             validate_commit(req, self.config)
             records = commit_records(self.groups.get(req.group_id), req)
         except ProtocolError as e:
             return Outcome(Ack(e.code, e.message))
-        ch = _Changes(self.groups)
-        for r in records:
-            ch.emit(r)
-        return ch.outcome(Ack(ErrorCode.NONE))
+        return self._offsets_changed(records)
+
+    def reset_offsets(self, req: OffsetResetRequest, now: int) -> Outcome[Ack]:
+        """An operator sets committed offsets of a group nobody consumes (also backwards)."""
+        try:
+            validate_reset(req, self.config)
+            records = reset_records(self.groups.get(req.group_id), req)
+        except ProtocolError as e:
+            return Outcome(Ack(e.code, e.message))
+        return self._offsets_changed(records)
 
     def fetch_offsets(self, req: OffsetFetchRequest) -> OffsetFetchResponse:
         try:
+            validate_fetch(req, self.config)
             return OffsetFetchResponse(ErrorCode.NONE, "", fetch_offsets(self.groups.get(req.group_id), req))
         except ProtocolError as e:
             return OffsetFetchResponse(e.code, e.message)
 
     def delete_offsets(self, group_id: str, shards: tuple[Shard, ...] | None) -> Outcome[Ack]:
         try:
+            validate_group_shards(group_id, shards, self.config)
             records = delete_offset_records(self._group(group_id), shards)
         except ProtocolError as e:
             return Outcome(Ack(e.code, e.message))
+        return self._offsets_changed(records)
+
+    def _offsets_changed(self, records: list[Record]) -> Outcome[Ack]:
         ch = _Changes(self.groups)
         for r in records:
             ch.emit(r)
@@ -551,6 +640,7 @@ class Coordinator:
 
     def delete_group(self, group_id: str) -> Outcome[Ack]:
         try:
+            check_id("group_id", group_id, self.config)
             group = self._group(group_id)
             require_empty(group, "deleting")
         except ProtocolError as e:
@@ -559,15 +649,26 @@ class Coordinator:
         for r in delete_offset_records(group, None):
             ch.emit(r)
         ch.emit(GroupEpochRecord(group_id, None))
+        ch.events.append(GroupDeleted(group_id))
         return ch.outcome(Ack(ErrorCode.NONE))
 
     def describe_group(self, group_id: str) -> GroupDescription:
-        """The group as the coordinator sees it; GROUP_ID_NOT_FOUND if there is none."""
+        """The group as the coordinator sees it; raises INVALID_REQUEST or GROUP_ID_NOT_FOUND."""
+        check_id("group_id", group_id, self.config)
         return describe(self._group(group_id))
 
     def list_groups(self) -> list[tuple[str, GroupState, int]]:
         """``(group id, state, member count)`` of every group."""
         return [(gid, g.state, len(g.members)) for gid, g in sorted(self.groups.items())]
+
+    def watch(self, group_id: str, member_id: str) -> Ack:
+        """May this member open a stream of nudges? Only well-formed ids are checked: a nudge is a
+        hint to heartbeat, so a member may watch before it joins, or after it was fenced."""
+        try:
+            validate_member_ids(group_id, member_id, self.config)
+        except ProtocolError as e:
+            return Ack(e.code, e.message)
+        return Ack(ErrorCode.NONE)
 
     def _group(self, group_id: str) -> Group:
         group = self.groups.get(group_id)
@@ -576,11 +677,20 @@ class Coordinator:
         return group
 
 
+def _recorded_topics(groups: dict[str, Group]) -> TopicMetadata:
+    """The topic metadata the groups last recorded (the largest partition count any group saw)."""
+    merged: dict[str, int] = {}
+    for group in groups.values():
+        for t, n in group.subscribed_topics.items():
+            merged[t] = max(merged.get(t, 0), n)
+    return TopicMetadata(merged)
+
+
 def _held(c: CurrentAssignment) -> ShardSet:
     return c.assigned | c.pending_revocation if c.pending_revocation else c.assigned
 
 
 def _returned(away: CurrentAssignment) -> CurrentAssignment:
-    """A static member back from -2 resumes at the epoch it had when it stepped out."""
+    """A static member back from a temporary leave resumes at the epoch it had when it stepped out."""
     epoch = away.previous_epoch if away.epoch == STATIC_LEAVE_EPOCH else away.epoch
     return CurrentAssignment(epoch, epoch, away.status, away.assigned, away.pending_revocation)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from regroup.protocol.messages import CommittedOffset
 from regroup.protocol.records import MemberStatus
-from regroup.protocol.shard import EMPTY, Shard, ShardSet
+from regroup.protocol.shard import Shard, ShardSet
 from regroup.protocol.state import Group, GroupState
 from regroup.protocol.target import effective_topics
 
@@ -48,7 +48,7 @@ def describe(group: Group) -> GroupDescription:
     for mid in sorted(group.members):
         meta = group.members[mid]
         cur = group.current[mid]
-        target = group.target.get(mid, EMPTY)
+        target = group.member_target(mid)
         members.append(MemberDescription(
             member_id=mid, instance_id=meta.instance_id, rack_id=meta.rack_id, epoch=cur.epoch,
             previous_epoch=cur.previous_epoch, status=cur.status, assigned=cur.assigned,

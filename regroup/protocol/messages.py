@@ -54,7 +54,7 @@ class HeartbeatResponse:
 
 @dataclass(frozen=True, slots=True)
 class OffsetCommitRequest:
-    """A commit from a member (member id + epoch) or from an admin (member_id "" and epoch -1)."""
+    """A commit from a member, at its current epoch, of shards it holds."""
 
     group_id: str
     member_id: str
@@ -64,8 +64,20 @@ class OffsetCommitRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class OffsetResetRequest:
+    """An operator sets committed offsets (also backwards); only while the group has no members."""
+
+    group_id: str
+    offsets: Mapping[Shard, int]
+    metadata: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class OffsetFetchRequest:
-    """Committed offsets of ``shards`` (all of the group's when None). Members pass id and epoch."""
+    """Committed offsets of ``shards`` (all of the group's when None).
+
+    A member passes its id and epoch and is fenced like a commit; an operator leaves them as they are.
+    """
 
     group_id: str
     member_id: str = ""
@@ -77,7 +89,7 @@ class OffsetFetchRequest:
 class CommittedOffset:
     offset: int
     metadata: str = ""
-    #: Epoch of the member that committed it (-1 for an admin), for troubleshooting.
+    #: Epoch of the member that committed it (-1 for an operator's reset), for troubleshooting.
     commit_epoch: int = LEAVE_EPOCH
 
 

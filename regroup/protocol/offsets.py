@@ -2,8 +2,8 @@
 
 Rules: a member commits only at its current epoch and only shards it holds (assigned or still
 pending revocation: committing is how it hands them over cleanly); a committed offset never moves
-backwards except through an admin reset, and admins may only write to a group with no members, so
-that they cannot race a live consumer.
+backwards except through an operator's reset, and operators may only write to a group with no members,
+so that they cannot race a live consumer. An operator's fetch leaves the member id empty.
 """
 
 from __future__ import annotations
@@ -11,14 +11,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from regroup.protocol.errors import ErrorCode, ProtocolError
-from regroup.protocol.messages import CommittedOffset, OffsetCommitRequest, OffsetFetchRequest
+from regroup.protocol.messages import (
+    CommittedOffset,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    OffsetResetRequest,
+)
 from regroup.protocol.records import OffsetRecord, Record
 from regroup.protocol.shard import Shard
 from regroup.protocol.state import Group
 
+#: The commit epoch an operator's reset records: no member committed it.
+RESET_COMMIT_EPOCH = -1
 
-def is_admin(member_id: str, member_epoch: int) -> bool:
-    return member_id == "" and member_epoch < 0
+
+def _by_operator(req: OffsetFetchRequest) -> bool:
+    return req.member_id == "" and req.member_epoch < 0
 
 
 def check_member_epoch(group: Group, member_id: str, member_epoch: int) -> None:
@@ -47,10 +55,6 @@ def require_empty(group: Group, what: str) -> None:
 def commit_records(group: Group | None, req: OffsetCommitRequest) -> list[Record]:
     """The records of an accepted commit; raises ProtocolError for a refused one (all or nothing)."""
     gid = req.group_id
-    if is_admin(req.member_id, req.member_epoch):
-        if group is not None:
-            require_empty(group, "an admin offset commit")
-        return [OffsetRecord(gid, s, o, req.metadata, -1) for s, o in sorted(req.offsets.items())]
     if group is None:
         raise ProtocolError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {gid!r} does not exist; join it first")
     check_member_epoch(group, req.member_id, req.member_epoch)
@@ -67,17 +71,28 @@ def commit_records(group: Group | None, req: OffsetCommitRequest) -> list[Record
             raise ProtocolError(
                 ErrorCode.OFFSET_OUT_OF_ORDER,
                 f"offset {offset} for {shard} is behind the committed {prev.offset}; committed offsets "
-                "only move forward (an admin reset on an empty group can move them back)")
+                "only move forward (an operator's reset on an empty group can move them back)")
     return [OffsetRecord(gid, s, o, req.metadata, req.member_epoch) for s, o in sorted(req.offsets.items())]
+
+
+def reset_records(group: Group | None, req: OffsetResetRequest) -> list[Record]:
+    """An operator's reset: any offsets, also backwards, but only while nobody consumes the group.
+
+    A group that does not exist yet is fine: offsets may be set before the first member joins.
+    """
+    if group is not None:
+        require_empty(group, "an admin offset commit")
+    gid = req.group_id
+    return [OffsetRecord(gid, s, o, req.metadata, RESET_COMMIT_EPOCH) for s, o in sorted(req.offsets.items())]
 
 
 def fetch_offsets(group: Group | None, req: OffsetFetchRequest) -> Mapping[Shard, CommittedOffset]:
     """Committed offsets (only those that exist); members are checked like commits."""
     if group is None:
-        if not is_admin(req.member_id, req.member_epoch):
+        if not _by_operator(req):
             raise ProtocolError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {req.group_id!r} does not exist")
         return {}
-    if not is_admin(req.member_id, req.member_epoch):
+    if not _by_operator(req):
         check_member_epoch(group, req.member_id, req.member_epoch)
     if req.shards is None:
         return dict(sorted(group.offsets.items()))
@@ -85,7 +100,7 @@ def fetch_offsets(group: Group | None, req: OffsetFetchRequest) -> Mapping[Shard
 
 
 def delete_offset_records(group: Group, shards: tuple[Shard, ...] | None) -> list[Record]:
-    """Admin deletion of committed offsets (all of them when ``shards`` is None); empty group only."""
+    """An operator's deletion of committed offsets (all of them when ``shards`` is None); empty group only."""
     require_empty(group, "deleting offsets")
     targets = sorted(group.offsets) if shards is None else sorted(s for s in shards if s in group.offsets)
     return [OffsetRecord(group.group_id, s, None) for s in targets]

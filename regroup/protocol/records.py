@@ -23,8 +23,6 @@ class MemberStatus(Enum):
     UNREVOKED = "unrevoked"
     #: At the target epoch, but waits for shards that their previous owner has not released yet.
     UNRELEASED = "unreleased"
-    #: Its target no longer knows it (transient; it will be fenced or rejoin).
-    UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True, slots=True)

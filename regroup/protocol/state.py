@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from regroup.protocol.messages import CommittedOffset
+from regroup.protocol.messages import STATIC_LEAVE_EPOCH, CommittedOffset
 from regroup.protocol.records import (
     CurrentAssignment,
     CurrentAssignmentRecord,
@@ -68,8 +68,8 @@ class Group:
             return GroupState.ASSIGNING
         for c in self.current.values():
             if c.status is not MemberStatus.STABLE or c.epoch != self.target_epoch:
-                # A static member away (-2) keeps its shards; it is not "reconciling".
-                if c.epoch != -2:
+                # A static member away keeps its shards; it is not "reconciling".
+                if c.epoch != STATIC_LEAVE_EPOCH:
                     return GroupState.RECONCILING
         return GroupState.STABLE
 
@@ -81,6 +81,7 @@ class Group:
         return self.current[owner].epoch
 
     def member_target(self, member_id: str) -> ShardSet:
+        """The member's part of the target (empty when the target does not list it)."""
         return self.target.get(member_id, EMPTY)
 
 

@@ -12,7 +12,6 @@ from functools import lru_cache
 
 from regroup.protocol.assignors.base import Assignment, AssignorRegistry, GroupSpec, MemberSpec
 from regroup.protocol.records import MemberMetadata, Record, TargetEpochRecord, TargetMemberRecord
-from regroup.protocol.shard import EMPTY
 from regroup.protocol.state import Group
 from regroup.protocol.topics import TopicMetadata
 
@@ -71,7 +70,7 @@ def build_spec(group: Group) -> GroupSpec:
         members[mid] = MemberSpec(
             member_id=mid,
             topics=subscribed,
-            current=group.target.get(mid, EMPTY),
+            current=group.member_target(mid),
             instance_id=meta.instance_id,
             rack=meta.rack_id,
         )

@@ -52,11 +52,3 @@ class TopicMetadata(Mapping[str, int]):
     def contains(self, shard: Shard) -> bool:
         """True when the shard's topic exists and has that partition."""
         return 0 <= shard.partition < self.partitions.get(shard.topic, 0)
-
-    def with_topic(self, topic: str, partitions: int) -> TopicMetadata:
-        """A copy with ``topic`` created or resized."""
-        return TopicMetadata({**self.partitions, topic: partitions})
-
-    def without_topic(self, topic: str) -> TopicMetadata:
-        """A copy with ``topic`` deleted."""
-        return TopicMetadata({t: n for t, n in self.partitions.items() if t != topic})

@@ -6,7 +6,7 @@ client can fix it without reading coordinator logs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from regroup.protocol.config import CoordinatorConfig
 from regroup.protocol.errors import ErrorCode, ProtocolError
@@ -15,6 +15,8 @@ from regroup.protocol.messages import (
     STATIC_LEAVE_EPOCH,
     HeartbeatRequest,
     OffsetCommitRequest,
+    OffsetFetchRequest,
+    OffsetResetRequest,
 )
 from regroup.protocol.shard import Shard
 
@@ -98,15 +100,46 @@ def validate_new_member(req: HeartbeatRequest) -> None:
 
 def validate_commit(req: OffsetCommitRequest, cfg: CoordinatorConfig) -> None:
     check_id("group_id", req.group_id, cfg)
-    check_id("member_id", req.member_id, cfg, allow_empty=True)
+    if req.member_id == "":
+        raise invalid("member_id must not be empty: only members commit; an operator resets offsets "
+                      "(ResetOffsets) instead")
+    check_id("member_id", req.member_id, cfg)
     if not isinstance(req.member_epoch, int):
         raise invalid("member_epoch must be an integer")
-    if not req.offsets:
+    _check_offsets(req.offsets, req.metadata, cfg)
+
+
+def validate_reset(req: OffsetResetRequest, cfg: CoordinatorConfig) -> None:
+    check_id("group_id", req.group_id, cfg)
+    _check_offsets(req.offsets, req.metadata, cfg)
+
+
+def validate_fetch(req: OffsetFetchRequest, cfg: CoordinatorConfig) -> None:
+    check_id("group_id", req.group_id, cfg)
+    check_id("member_id", req.member_id, cfg, allow_empty=True)
+    if req.shards is not None:
+        check_shards("shards", req.shards, cfg, cfg.max_owned_shards)
+
+
+def validate_group_shards(group_id: str, shards: Iterable[object] | None, cfg: CoordinatorConfig) -> None:
+    """An operator's request about some (None: all) shards of a group."""
+    check_id("group_id", group_id, cfg)
+    if shards is not None:
+        check_shards("shards", shards, cfg, cfg.max_owned_shards)
+
+
+def validate_member_ids(group_id: str, member_id: str, cfg: CoordinatorConfig) -> None:
+    check_id("group_id", group_id, cfg)
+    check_id("member_id", member_id, cfg)
+
+
+def _check_offsets(offsets: Mapping[Shard, int], metadata: str, cfg: CoordinatorConfig) -> None:
+    if not offsets:
         raise invalid("an offset commit must carry at least one offset")
-    check_shards("offsets", req.offsets.keys(), cfg, cfg.max_owned_shards)
-    for shard, offset in req.offsets.items():
+    check_shards("offsets", offsets.keys(), cfg, cfg.max_owned_shards)
+    for shard, offset in offsets.items():
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
             raise invalid(f"offset for {shard} must be a non-negative integer, got {offset!r}")
-    if len(req.metadata) > cfg.max_offset_metadata_length:
-        raise invalid(f"offset metadata is {len(req.metadata)} characters; the limit is "
+    if len(metadata) > cfg.max_offset_metadata_length:
+        raise invalid(f"offset metadata is {len(metadata)} characters; the limit is "
                       f"{cfg.max_offset_metadata_length}")

@@ -30,6 +30,7 @@ from regroup.protocol.messages import (
     OffsetCommitRequest,
     OffsetFetchRequest,
     OffsetFetchResponse,
+    OffsetResetRequest,
 )
 from regroup.protocol.shard import Shard
 from regroup.protocol.state import GroupState
@@ -260,7 +261,7 @@ class CoordinatorClient:
 
     def reset_offsets(self, group_id: str, offsets: Mapping[Shard, int], metadata: str = "") -> Ack:
         """Admin reset (may move offsets backwards); the group must have no members."""
-        req = wire.reset_request_to_pb(group_id, offsets, metadata)
+        req = wire.reset_request_to_pb(OffsetResetRequest(group_id, offsets, metadata))
         return self._ack(self._unary("ResetOffsets", req, pb.Ack))
 
     def delete_offsets(self, group_id: str, shards: Iterable[Shard] | None = None) -> Ack:

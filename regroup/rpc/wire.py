@@ -28,6 +28,7 @@ from regroup.protocol.messages import (
     OffsetCommitRequest,
     OffsetFetchRequest,
     OffsetFetchResponse,
+    OffsetResetRequest,
 )
 from regroup.protocol.records import MemberStatus
 from regroup.protocol.shard import Shard, ShardSet
@@ -233,14 +234,13 @@ def commit_request_from_pb(msg: pb.OffsetCommitRequest) -> OffsetCommitRequest:
                                _offsets_from_pb(msg.topics), msg.metadata)
 
 
-def reset_request_to_pb(group_id: str, offsets: Mapping[Shard, int], metadata: str = "",
-                        ) -> pb.ResetOffsetsRequest:
-    return pb.ResetOffsetsRequest(group_id=group_id, topics=_offsets_to_pb(offsets), metadata=metadata)
+def reset_request_to_pb(req: OffsetResetRequest) -> pb.ResetOffsetsRequest:
+    return pb.ResetOffsetsRequest(group_id=req.group_id, topics=_offsets_to_pb(req.offsets),
+                                  metadata=req.metadata)
 
 
-def reset_request_from_pb(msg: pb.ResetOffsetsRequest) -> OffsetCommitRequest:
-    """An admin reset is the core's admin commit: member id "" at epoch -1."""
-    return OffsetCommitRequest(msg.group_id, "", -1, _offsets_from_pb(msg.topics), msg.metadata)
+def reset_request_from_pb(msg: pb.ResetOffsetsRequest) -> OffsetResetRequest:
+    return OffsetResetRequest(msg.group_id, _offsets_from_pb(msg.topics), msg.metadata)
 
 
 def fetch_request_to_pb(req: OffsetFetchRequest) -> pb.OffsetFetchRequest:

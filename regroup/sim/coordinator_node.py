@@ -1,18 +1,23 @@
-"""The coordinator process in the simulator: the real protocol core behind a simulated shell.
+"""The coordinator process in the simulator: the production runtime over an in-memory store.
 
-It does what the service shell does, in virtual time: answers heartbeats, commits and fetches with
-`regroup.protocol.coordinator.Coordinator`; appends every record to its durable log *before* the
-answer leaves; calls ``expire`` when ``next_deadline`` falls due; passes topic changes on; sends the
-nudges the core asks for (when nudges are on). It can crash and restart: while it is down requests go
-unanswered, and it comes back with ``Coordinator.recover(records, now)`` — sometimes after
-compacting its log to ``snapshot()`` — and the checker verifies the rebuilt state is the same.
+Every request goes through `regroup.coordinator.runtime.Runtime`, the same door the gRPC service
+uses: the core decides, the runtime appends the step's records to the store *before* the answer
+leaves, names the members to nudge (never the requester) and the next deadline, and carries the
+core's own account of who was fenced and why. This node only plays the network and the clock: it
+answers in virtual time, calls ``expire`` when the deadline falls due, passes topic changes on, and
+sends the nudges (when nudges are on). It can crash and restart: while it is down requests go
+unanswered, and it comes back with ``Coordinator.recover(records, now)`` — sometimes after compacting
+its store to ``snapshot()`` — and the checker verifies the rebuilt state is the same.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from typing import Any, TypeVar
 
+from regroup.coordinator.memory_store import MemoryStore
+from regroup.coordinator.runtime import Effects, Runtime
 from regroup.protocol.config import CoordinatorConfig
 from regroup.protocol.coordinator import Coordinator, Outcome
 from regroup.protocol.messages import (
@@ -23,12 +28,15 @@ from regroup.protocol.messages import (
     OffsetFetchRequest,
     OffsetFetchResponse,
 )
-from regroup.protocol.records import MemberStatus, OffsetRecord, Record
+from regroup.protocol.records import OffsetRecord
 from regroup.protocol.shard import ShardSet
+from regroup.protocol.timers import MemberKey
 from regroup.sim.engine import Engine
 from regroup.sim.invariants import InvariantChecker
 from regroup.sim.metrics import Recorder
 from regroup.sim.workload import PartitionedLog
+
+R = TypeVar("R")
 
 #: Called with (group id, member id) for each member the core wants nudged.
 WakeHandler = Callable[[str, str], None]
@@ -50,14 +58,18 @@ class CoordinatorNode:
         #: Told of every request and of every step that changed more than offsets.
         self.recorder = recorder
         self.on_fenced = on_fenced
-        self._revoking: dict[tuple[str, str], ShardSet] = {}
-        self.coordinator = Coordinator(config, topics=log.metadata())
-        self.durable: list[Record] = []
+        #: The simulated disk: survives crashes.
+        self.store = MemoryStore()
+        self.runtime = self._runtime(Coordinator(config, topics=log.metadata()))
         self.up = True
         self.restarts = 0
         self.requests = 0
         self._timer_at: int | None = None
         self._timer_token = 0
+
+    @property
+    def coordinator(self) -> Coordinator:
+        return self.runtime.coord
 
     # ---------------------------------------------------------------- requests
     def heartbeat(self, req: HeartbeatRequest, stale: bool = False) -> HeartbeatResponse | None:
@@ -66,9 +78,7 @@ class CoordinatorNode:
         if not self.up:
             return None
         self._count()
-        out = self.coordinator.heartbeat(req, self.engine.now)
-        self._keep(out)
-        resp = out.response
+        resp = self._step(lambda c: c.heartbeat(req, self.engine.now), (req.group_id, req.member_id))
         if self.engine.verbose:
             got = "-" if resp.assignment is None else f"{len(resp.assignment)} shards"
             self.engine.trace(f"coord: hb {req.member_id} e={req.member_epoch} -> {resp.error.value} "
@@ -79,23 +89,21 @@ class CoordinatorNode:
         if not self.up:
             return None
         self._count()
-        out = self.coordinator.commit_offsets(req, self.engine.now)
-        self._keep(out)
-        if self.engine.verbose and not out.response.ok:
-            self.engine.trace(f"coord: commit {req.member_id} e={req.member_epoch} -> "
-                              f"{out.response.error.value}")
-        return out.response
+        ack = self._step(lambda c: c.commit_offsets(req, self.engine.now))
+        if self.engine.verbose and not ack.ok:
+            self.engine.trace(f"coord: commit {req.member_id} e={req.member_epoch} -> {ack.error.value}")
+        return ack
 
     def fetch(self, req: OffsetFetchRequest) -> OffsetFetchResponse | None:
         if not self.up:
             return None
         self._count()
-        return self.coordinator.fetch_offsets(req)
+        return self.runtime.read(lambda c: c.fetch_offsets(req)).response
 
     def update_topics(self) -> None:
         """The log's topics changed; a coordinator that is down catches up when it recovers."""
         if self.up:
-            self._keep(self.coordinator.update_topics(self.log.metadata(), self.engine.now))
+            self._step(lambda c: c.update_topics(self.log.metadata(), self.engine.now))
 
     # ---------------------------------------------------------------- crash and recovery
     def crash(self, down_ms: int) -> None:
@@ -105,13 +113,13 @@ class CoordinatorNode:
         self.restarts += 1
         self._timer_token += 1
         self._timer_at = None
-        self.engine.trace(f"coord: CRASH (down {down_ms} ms, {len(self.durable)} records on disk)")
+        self.engine.trace(f"coord: CRASH (down {down_ms} ms, {len(self.store.records)} records on disk)")
         self.engine.after(down_ms, "coord: recover", self._recover)
 
     def _recover(self) -> None:
         now = self.engine.now
         before = self.coordinator.groups
-        rebuilt = Coordinator.recover(self.durable, now, self.config)
+        rebuilt = Coordinator.recover(self.store.records, now, self.config)
         if self.checker is not None:
             self.checker.recovered(now, before, rebuilt.groups, "from its records")
         if self.rng.random() < 0.5:
@@ -119,44 +127,49 @@ class CoordinatorNode:
             if self.checker is not None:
                 again = Coordinator.recover(snapshot, now, self.config)
                 self.checker.recovered(now, before, again.groups, "from a snapshot")
-            self.durable = snapshot
-        self.coordinator = rebuilt
+            self.store.compact(snapshot)
+        self.runtime = self._runtime(rebuilt)
         self.up = True
-        self.engine.trace(f"coord: RECOVERED from {len(self.durable)} records")
-        # Recovered without topics, then told the current ones: a change made while it was down is
-        # seen as a change (recover(topics=current) would not bump the epoch for it).
-        self._keep(rebuilt.update_topics(self.log.metadata(), now))
-        self._arm_timer()
+        self.engine.trace(f"coord: RECOVERED from {len(self.store.records)} records")
+        # Recovered with the topics its groups recorded, then told the current ones: a change made
+        # while it was down is seen as a change, as on a real restart.
+        self._step(lambda c: c.update_topics(self.log.metadata(), now))
 
     # ---------------------------------------------------------------- internals
+    def _runtime(self, coord: Coordinator) -> Runtime:
+        return Runtime(coord, self.store, lambda: self.engine.now)
+
     def _count(self) -> None:
         self.requests += 1
         if self.recorder is not None:
             self.recorder.request(self.engine.now)
 
-    def _keep(self, out: Outcome[object]) -> None:
-        now = self.engine.now
-        if out.records:
-            self.durable.extend(out.records)  # durable before the response is released
-            if self.checker is not None:
-                self.checker.records(now, out.records)
-            if self.recorder is not None and any(not isinstance(r, OffsetRecord) for r in out.records):
-                self.recorder.protocol_change(now)
-        for gid, mid in sorted(out.fenced):
-            self.engine.trace(f"coord: fenced {mid} of {gid}")
-            if self.on_fenced is not None:
-                self.on_fenced(gid, mid, self._revoking.get((gid, mid)))
-        if self.on_wake is not None:
-            for gid, mid in sorted(out.wake):
-                self.on_wake(gid, mid)
-        for note in out.notes:
-            self.engine.trace(f"coord: note {note}")
-        self._arm_timer()
+    def _step(self, decide: Callable[[Coordinator], Outcome[R]], requester: MemberKey | None = None) -> R:
+        eff = self.runtime.step(decide, requester)
+        self._perform(eff)
+        return eff.response
 
-    def _arm_timer(self) -> None:
+    def _perform(self, eff: Effects[Any]) -> None:
+        now = self.engine.now
+        if eff.records:
+            if self.checker is not None:
+                self.checker.records(now, eff.records)
+            if self.recorder is not None and any(not isinstance(r, OffsetRecord) for r in eff.records):
+                self.recorder.protocol_change(now)
+        for f in sorted(eff.fences, key=lambda f: (f.group_id, f.member_id)):
+            self.engine.trace(f"coord: fenced {f.member_id} of {f.group_id} ({f.reason.value})")
+            if self.on_fenced is not None:
+                self.on_fenced(f.group_id, f.member_id, f.revoking or None)
+        if self.on_wake is not None:
+            for gid, mid in sorted(eff.nudges):
+                self.on_wake(gid, mid)
+        for note in eff.notes:
+            self.engine.trace(f"coord: note {note}")
+        self._arm_timer(eff.next_deadline)
+
+    def _arm_timer(self, deadline: int | None) -> None:
         if not self.up:
             return
-        deadline = self.coordinator.next_deadline()
         if deadline is None or (self._timer_at is not None and self._timer_at <= deadline):
             return
         self._timer_at = max(deadline, self.engine.now)
@@ -168,10 +181,4 @@ class CoordinatorNode:
         if token != self._timer_token or not self.up:
             return
         self._timer_at = None
-        # Who was still revoking, to tell a revocation-timeout fence from a session one.
-        self._revoking = {(gid, mid): c.pending_revocation
-                          for gid, g in self.coordinator.groups.items()
-                          for mid, c in g.current.items() if c.status is MemberStatus.UNREVOKED}
-        self._keep(self.coordinator.expire(self.engine.now))
-        self._revoking = {}
-        self._arm_timer()
+        self._step(lambda c: c.expire(self.engine.now))

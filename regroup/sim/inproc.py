@@ -1,18 +1,26 @@
-"""An in-process, virtual-time group: one protocol coordinator and member state machines.
+"""An in-process, virtual-time group: the coordinator runtime and member state machines.
 
 Members acknowledge every Revoke and Assign at once (an instant consumer), and the coordinator's
-nudges are honoured: a member it wakes heartbeats right away. This is the smallest faithful driver of
-the two state machines together; the walkthrough, the benchmarks and tests build on it.
+nudges are honoured: a member it wakes heartbeats right away. Every call goes through the same
+`Runtime` as the service, over an in-memory store unless given another. This is the smallest faithful
+driver of the two state machines together; the walkthrough, the benchmarks and tests build on it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
+from regroup.coordinator.memory_store import MemoryStore
+from regroup.coordinator.runtime import Effects, RecordStore, Runtime
 from regroup.protocol.coordinator import Coordinator, Outcome
 from regroup.protocol.member import Assign, ComputeAssignment, Fatal, Lost, MemberStateMachine, Revoke
 from regroup.protocol.records import Record
+from regroup.protocol.timers import MemberKey
 from regroup.protocol.topics import TopicMetadata
+
+R = TypeVar("R")
 
 
 @dataclass
@@ -31,13 +39,21 @@ class InProcessGroup:
     group_id: str = "g"
     now: int = 0
     members: dict[str, MemberStateMachine] = field(default_factory=dict)
+    #: Every record written, in order (the store may have compacted its own copy).
     records: list[Record] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     heartbeats: int = 0
+    store: RecordStore = field(default_factory=MemoryStore)
+    runtime: Runtime = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.runtime = Runtime(self.coordinator, self.store, lambda: self.now)
 
     @classmethod
-    def create(cls, topics: dict[str, int], group_id: str = "g") -> InProcessGroup:
-        return cls(Coordinator(topics=TopicMetadata(topics)), group_id)
+    def create(cls, topics: dict[str, int], group_id: str = "g", store: RecordStore | None = None,
+               ) -> InProcessGroup:
+        return cls(Coordinator(topics=TopicMetadata(topics)), group_id,
+                   store=store if store is not None else MemoryStore())
 
     # ---------------------------------------------------------------- membership
     def join(self, member_id: str, topics: tuple[str, ...], instance_id: str | None = None) -> None:
@@ -54,7 +70,7 @@ class InProcessGroup:
         self.events.append(Event(self.now, member_id, "crash", ""))
 
     def update_topics(self, topics: dict[str, int]) -> None:
-        self._keep(self.coordinator.update_topics(TopicMetadata(topics), self.now))
+        self.step(lambda c: c.update_topics(TopicMetadata(topics), self.now))
 
     # ---------------------------------------------------------------- running
     def run_for(self, ms: int) -> None:
@@ -71,7 +87,7 @@ class InProcessGroup:
                 self.now = end
                 return
             self.now = max(self.now, nxt)
-            self._keep(self.coordinator.expire(self.now))
+            self.step(lambda c: c.expire(self.now))
 
     def _drain(self) -> None:
         """Send every heartbeat due now, repeatedly, until nobody has anything due."""
@@ -91,8 +107,8 @@ class InProcessGroup:
         if req is None:
             return
         self.heartbeats += 1
-        out = self._keep(self.coordinator.heartbeat(req, self.now))
-        self._act(mid, m.on_response(out.response, self.now))
+        resp = self.step(lambda c: c.heartbeat(req, self.now), (self.group_id, mid))
+        self._act(mid, m.on_response(resp, self.now))
 
     def _act(self, mid: str, actions: list) -> None:  # type: ignore[type-arg]
         m = self.members[mid]
@@ -111,12 +127,17 @@ class InProcessGroup:
             elif isinstance(a, ComputeAssignment):
                 self.events.append(Event(self.now, mid, "compute", ""))
 
-    def _keep(self, out: Outcome) -> Outcome:  # type: ignore[type-arg]
-        self.records.extend(out.records)
-        for gid, woken in out.wake:
+    def step(self, decide: Callable[[Coordinator], Outcome[R]], requester: MemberKey | None = None) -> R:
+        """One call of the coordinator through the runtime; its effects are performed at once."""
+        eff = self.runtime.step(decide, requester)
+        self._perform(eff)
+        return eff.response
+
+    def _perform(self, eff: Effects[Any]) -> None:
+        self.records.extend(eff.records)
+        for gid, woken in eff.nudges:
             if gid == self.group_id and woken in self.members:
                 self.members[woken].nudge(self.now)  # a round trip away, not a heartbeat interval
-        for gid, mid in out.fenced:
-            if gid == self.group_id:
-                self.events.append(Event(self.now, mid, "fenced", "session or revocation timeout"))
-        return out
+        for f in eff.fences:
+            if f.group_id == self.group_id:
+                self.events.append(Event(self.now, f.member_id, "fenced", f.reason.value))

@@ -114,7 +114,7 @@ def apply(coord: Coordinator, op: Any, now: int) -> tuple[Record, ...]:
         if isinstance(op, pb.OffsetCommitRequest):
             return coord.commit_offsets(wire.commit_request_from_pb(op), now).records
         if isinstance(op, pb.ResetOffsetsRequest):
-            return coord.commit_offsets(wire.reset_request_from_pb(op), now).records
+            return coord.reset_offsets(wire.reset_request_from_pb(op), now).records
     except WireError:
         return ()
     if isinstance(op, pb.DeleteOffsetsRequest):

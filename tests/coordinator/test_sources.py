@@ -8,9 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from regroup.coordinator.server import recorded_topics
 from regroup.coordinator.sources import FileTopics, TopicRefresher, open_topic_source, parse_static, sanitize
-from regroup.protocol.records import GroupEpochRecord, SubscribedTopicsRecord
 from regroup.protocol.topics import TopicMetadata
 
 
@@ -55,10 +53,3 @@ def test_refresher_keeps_the_last_metadata_when_the_source_fails() -> None:
     asyncio.run(main())
     assert calls == [TopicMetadata({"t": 1}), TopicMetadata({"t": 3})]
 
-
-def test_recovery_starts_from_the_recorded_topics() -> None:
-    records = [GroupEpochRecord("g", 1), SubscribedTopicsRecord("g", {"a": 2}),
-               GroupEpochRecord("h", 1), SubscribedTopicsRecord("h", {"a": 4, "b": 1}),
-               GroupEpochRecord("gone", 1), SubscribedTopicsRecord("gone", {"c": 9}),
-               GroupEpochRecord("gone", None)]
-    assert recorded_topics(records) == TopicMetadata({"a": 4, "b": 1})

@@ -6,7 +6,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from regroup.protocol.coordinator import Outcome
+from regroup.coordinator.runtime import Effects
 from regroup.protocol.messages import OffsetCommitRequest
 from regroup.protocol.records import Record
 from regroup.sim.inproc import InProcessGroup
@@ -17,10 +17,10 @@ class RecordingGroup(InProcessGroup):
 
     sink: Callable[[tuple[Record, ...]], None] | None = None
 
-    def _keep(self, out: Outcome) -> Outcome:  # type: ignore[type-arg]
-        if self.sink is not None and out.records:
-            self.sink(out.records)
-        return super()._keep(out)
+    def _perform(self, eff: Effects[Any]) -> None:
+        if self.sink is not None and eff.records:
+            self.sink(eff.records)
+        super()._perform(eff)
 
 
 def run_workload(group: RecordingGroup, seed: int, steps: int) -> None:
@@ -57,5 +57,4 @@ def commit(group: RecordingGroup, rng: random.Random) -> None:
         if m.owned and rng.random() < 0.5:
             offsets = {s: rng.randint(0, 1000) for s in m.owned}
             req = OffsetCommitRequest(group.group_id, mid, m.epoch, offsets, metadata=f"by {mid}")
-            out: Any = group.coordinator.commit_offsets(req, group.now)
-            group._keep(out)
+            group.step(lambda c, req=req: c.commit_offsets(req, group.now))

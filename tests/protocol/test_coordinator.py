@@ -4,11 +4,26 @@ from __future__ import annotations
 
 import pytest
 
+from regroup.protocol.causes import (
+    Fence,
+    FenceReason,
+    GroupCreated,
+    GroupDeleted,
+    GroupEpochBumped,
+    MemberFenced,
+    MemberJoined,
+    MemberLeft,
+    RegexResolved,
+    StaticTakeOver,
+    SubscribedTopicsChanged,
+    SubscriptionChanged,
+    TargetInstalled,
+)
 from regroup.protocol.config import CoordinatorConfig
 from regroup.protocol.coordinator import Coordinator
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.messages import HeartbeatRequest
-from regroup.protocol.records import MemberStatus
+from regroup.protocol.records import GroupEpochRecord, MemberStatus, SubscribedTopicsRecord
 from regroup.protocol.shard import EMPTY, Shard
 from regroup.protocol.state import GroupState
 from regroup.protocol.topics import TopicMetadata
@@ -274,6 +289,7 @@ class TestTimers:
         h.ok(h.hb("a", 2, owned=a))
         out = h.advance(15_000)
         assert out.fenced == (("g", "b"),)
+        assert out.fences == (Fence("g", "b", FenceReason.SESSION_TIMEOUT),)
         assert "b" not in h.group().members and h.group().epoch == 3
         assert h.hb("b", 2).error is ErrorCode.UNKNOWN_MEMBER_ID
 
@@ -283,8 +299,10 @@ class TestTimers:
         h.ok(h.join("b"))
         h.ok(h.hb("a", 1, owned=shards("t", *range(6))))  # a told to revoke, does not
         assert h.coord.next_deadline() == h.now + 10_000
+        pending = h.group().current["a"].pending_revocation
         out = h.advance(10_000)
         assert out.fenced == (("g", "a"),)
+        assert pending and out.fences == (Fence("g", "a", FenceReason.REVOCATION_TIMEOUT, pending),)
 
     def test_revocation_in_time_disarms(self) -> None:
         h = Harness()
@@ -375,3 +393,81 @@ class TestReplay:
         h.coord = Coordinator.recover(h.log, h.now, topics=TopicMetadata(h.topics))
         assert h.ok(h.hb("a", 2, owned=a)).assignment is None
         assert h.ok(h.hb("b", 2, owned=b)).assignment is None
+
+    def test_recover_starts_from_the_topics_the_groups_recorded(self) -> None:
+        records = [GroupEpochRecord("g", 1), SubscribedTopicsRecord("g", {"a": 2}),
+                   GroupEpochRecord("h", 1), SubscribedTopicsRecord("h", {"a": 4, "b": 1}),
+                   GroupEpochRecord("gone", 1), SubscribedTopicsRecord("gone", {"c": 9}),
+                   GroupEpochRecord("gone", None)]
+        assert Coordinator.recover(records, 0).topics == TopicMetadata({"a": 4, "b": 1})
+        given = TopicMetadata({"z": 1})
+        assert Coordinator.recover(records, 0, topics=given).topics == given
+
+    def test_a_change_made_while_down_is_seen_after_recovery(self) -> None:
+        h = Harness(topics={"t": 2})
+        h.ok(h.join("a"))
+        rebuilt = Coordinator.recover(h.log, h.now)
+        out = rebuilt.update_topics(TopicMetadata({"t": 3}), h.now)
+        assert rebuilt.groups["g"].epoch == 2 and out.epoch_events[0] == GroupEpochBumped(
+            "g", 2, (SubscribedTopicsChanged({"t": 3}),))
+
+
+class TestCauses:
+    """The core says why each epoch moved; nothing downstream reads it back from the records."""
+
+    def test_first_join_creates_bumps_and_installs(self) -> None:
+        h = Harness(topics={"t": 4})
+        out = h.keep(h.coord.heartbeat(HeartbeatRequest("g", "a", 0, rebalance_timeout_ms=1_000,
+                                                        subscribed_topics=("t",), owned=EMPTY), h.now))
+        assert out.epoch_events == (
+            GroupCreated("g"),
+            GroupEpochBumped("g", 1, (MemberJoined("a"), SubscribedTopicsChanged({"t": 4}))),
+            TargetInstalled("g", 1, "uniform", 1))
+
+    def test_leave_subscription_change_and_regex(self) -> None:
+        h = Harness(topics={"t": 2, "u": 1})
+        h.ok(h.join("a"))
+        h.ok(h.join("b"))
+        out = h.keep(h.coord.heartbeat(HeartbeatRequest("g", "b", 2, subscribed_topics=("t", "u")), h.now))
+        assert out.epoch_events[0] == GroupEpochBumped(
+            "g", 3, (SubscriptionChanged("b"), SubscribedTopicsChanged({"t": 2, "u": 1})))
+        epoch_a = h.group().current["a"].epoch
+        out = h.keep(h.coord.heartbeat(HeartbeatRequest("g", "a", epoch_a, subscribed_regex="u.*"), h.now))
+        bump = out.epoch_events[0]
+        assert isinstance(bump, GroupEpochBumped) and bump.causes == (
+            SubscriptionChanged("a"), RegexResolved("u.*", frozenset({"u"})))
+        out = h.keep(h.coord.heartbeat(HeartbeatRequest("g", "a", -1), h.now))
+        assert out.epoch_events[0] == GroupEpochBumped("g", 5, (MemberLeft("a"),))
+        assert out.departed == (("g", "a"),)
+
+    def test_each_fence_bumps_with_its_own_cause(self) -> None:
+        h = Harness()
+        two_members(h)
+        out = h.advance(45_000)
+        bumps = [e for e in out.epoch_events if isinstance(e, GroupEpochBumped)]
+        assert [b.causes for b in bumps] == [
+            (MemberFenced("a", FenceReason.SESSION_TIMEOUT),),
+            (MemberFenced("b", FenceReason.SESSION_TIMEOUT), SubscribedTopicsChanged({}))]
+        assert set(out.departed) == {("g", "a"), ("g", "b")}
+
+    def test_static_take_over_names_both_members_only_when_it_bumps(self) -> None:
+        h = Harness(topics={"t": 2, "u": 2})
+        h.ok(h.join("a1", instance_id="alpha"))
+        h.ok(h.hb("a1", -2, instance_id="alpha"))
+        same = h.keep(h.coord.heartbeat(HeartbeatRequest(
+            "g", "a2", 0, instance_id="alpha", rebalance_timeout_ms=60_000, subscribed_topics=("t",),
+            owned=EMPTY), h.now))
+        assert same.epoch_events == () and same.departed == (("g", "a1"),)
+        h.ok(h.hb("a2", -2, instance_id="alpha"))
+        other = h.keep(h.coord.heartbeat(HeartbeatRequest("g", "a3", 0, instance_id="alpha",
+                                                          rebalance_timeout_ms=60_000,
+                                                          subscribed_topics=("t", "u"), owned=EMPTY), h.now))
+        assert other.epoch_events[0] == GroupEpochBumped(
+            "g", 2, (StaticTakeOver("alpha", "a2", "a3"), SubscribedTopicsChanged({"t": 2, "u": 2})))
+
+    def test_delete_group_is_an_event(self) -> None:
+        h = Harness()
+        h.ok(h.join("a"))
+        h.ok(h.hb("a", -1))
+        assert h.coord.delete_group("g").epoch_events == (GroupDeleted("g"),)
+

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from regroup.protocol.errors import ErrorCode
-from regroup.protocol.messages import OffsetCommitRequest, OffsetFetchRequest
+import pytest
+
+from regroup.protocol.errors import ErrorCode, ProtocolError
+from regroup.protocol.messages import OffsetCommitRequest, OffsetFetchRequest, OffsetResetRequest
 from regroup.protocol.shard import Shard
 from regroup.protocol.state import GroupState
 from tests.protocol.harness import Harness, shards
@@ -13,6 +15,11 @@ T0, T1 = Shard("t", 0), Shard("t", 1)
 
 def commit(h: Harness, member: str, epoch: int, offsets: dict[Shard, int], group: str = "g") -> ErrorCode:
     out = h.keep(h.coord.commit_offsets(OffsetCommitRequest(group, member, epoch, offsets), h.now))
+    return out.response.error
+
+
+def reset(h: Harness, offsets: dict[Shard, int], group: str = "g") -> ErrorCode:
+    out = h.keep(h.coord.reset_offsets(OffsetResetRequest(group, offsets), h.now))
     return out.response.error
 
 
@@ -70,22 +77,58 @@ def test_admin_only_on_empty_group_and_may_rewind() -> None:
     h = Harness(topics={"t": 2})
     h.ok(h.join("a"))
     assert commit(h, "a", 1, {T0: 10}) is ErrorCode.NONE
-    assert commit(h, "", -1, {T0: 0}) is ErrorCode.NON_EMPTY_GROUP
+    assert reset(h, {T0: 0}) is ErrorCode.NON_EMPTY_GROUP
     assert h.coord.delete_offsets("g", None).response.error is ErrorCode.NON_EMPTY_GROUP
     assert h.coord.delete_group("g").response.error is ErrorCode.NON_EMPTY_GROUP
     h.ok(h.hb("a", -1))
-    assert commit(h, "", -1, {T0: 0}) is ErrorCode.NONE  # reset backwards on an empty group
+    assert reset(h, {T0: 0}) is ErrorCode.NONE  # reset backwards on an empty group
     assert h.group().offsets[T0].offset == 0
-    assert commit(h, "", -1, {T0: 3}, group="fresh") is ErrorCode.NONE  # before anyone joined
+    assert reset(h, {T0: 3}, group="fresh") is ErrorCode.NONE  # before anyone joined
     assert h.coord.groups["fresh"].state is GroupState.EMPTY
 
 
 def test_delete_offsets_and_group() -> None:
     h = Harness(topics={"t": 2})
-    assert commit(h, "", -1, {T0: 1, T1: 2}) is ErrorCode.NONE
+    assert reset(h, {T0: 1, T1: 2}) is ErrorCode.NONE
     assert h.keep(h.coord.delete_offsets("g", (T0,))).response.ok
     assert set(h.group().offsets) == {T1}
     assert h.keep(h.coord.delete_group("g")).response.ok
     assert "g" not in h.coord.groups
     assert h.coord.delete_group("g").response.error is ErrorCode.GROUP_ID_NOT_FOUND
     assert h.coord.fetch_offsets(OffsetFetchRequest("g")).offsets == {}
+
+
+def test_only_members_commit_an_operator_resets() -> None:
+    h = Harness(topics={"t": 2})
+    assert commit(h, "", -1, {T0: 3}) is ErrorCode.INVALID_REQUEST
+    refused = h.coord.commit_offsets(OffsetCommitRequest("g", "", -1, {T0: 3}), h.now).response
+    assert "ResetOffsets" in refused.message
+    assert "g" not in h.coord.groups
+    assert reset(h, {T0: 3}) is ErrorCode.NONE and h.group().offsets[T0].commit_epoch == -1
+    assert reset(h, {}) is ErrorCode.INVALID_REQUEST
+    assert reset(h, {T0: -1}) is ErrorCode.INVALID_REQUEST
+    assert reset(h, {T0: 1}, group="") is ErrorCode.INVALID_REQUEST
+
+
+def test_operator_requests_are_validated_by_the_core() -> None:
+    h = Harness(topics={"t": 2})
+    long_id = "x" * 300
+    assert h.coord.fetch_offsets(OffsetFetchRequest("")).error is ErrorCode.INVALID_REQUEST
+    assert h.coord.fetch_offsets(OffsetFetchRequest("g", long_id, 1)).error is ErrorCode.INVALID_REQUEST
+    bad_shard = OffsetFetchRequest("g", shards=(Shard("t", -1),))
+    assert h.coord.fetch_offsets(bad_shard).error is ErrorCode.INVALID_REQUEST
+    assert h.coord.delete_offsets("", None).response.error is ErrorCode.INVALID_REQUEST
+    assert h.coord.delete_offsets("g", (Shard("", 0),)).response.error is ErrorCode.INVALID_REQUEST
+    assert h.coord.delete_group(long_id).response.error is ErrorCode.INVALID_REQUEST
+    assert h.coord.watch("g", "").error is ErrorCode.INVALID_REQUEST
+    assert h.coord.watch("", "a").error is ErrorCode.INVALID_REQUEST
+    assert h.coord.watch("g", "a").ok  # a member may watch before it joins
+    with pytest.raises(ProtocolError) as e:
+        h.coord.describe_group("")
+    assert e.value.code is ErrorCode.INVALID_REQUEST
+    with pytest.raises(ProtocolError) as e:
+        h.coord.assignment_spec("g", long_id, 1)
+    assert e.value.code is ErrorCode.INVALID_REQUEST
+    bad_install = h.coord.install_assignment("", "a", 1, 1, {}, h.now)
+    assert bad_install.response.error is ErrorCode.INVALID_REQUEST and bad_install.records == ()
+
