@@ -1,0 +1,1 @@
+"""Streams groups: topology, tasks and the task assignor."""
