@@ -52,8 +52,6 @@ def liveness_bound_ms(settings: MemberSettings, config: CoordinatorConfig, plan:
 class CheckResult:
     seed: int
     violations: list[Violation]
-    #: Violations attributed to known core issues (regroup.sim.known_issues).
-    known: list[Violation]
     events: int
     digest: str
     virtual_ms: int
@@ -71,7 +69,6 @@ class CheckResult:
 
     def as_dict(self) -> dict[str, object]:
         return {"seed": self.seed, "ok": self.ok, "violations": [str(v) for v in self.violations],
-                "known_issues": sorted({v.known for v in self.known if v.known}),
                 "events": self.events, "digest": self.digest, "virtual_ms": self.virtual_ms,
                 "wall_s": round(self.wall_s, 3), "settle_ms": self.settle_ms, "replay": self.replay,
                 "stats": self.stats}
@@ -150,7 +147,7 @@ def run_seed(seed: int, duration_s: int = DEFAULT_DURATION_S, events: int = DEFA
         "messages": network.messages, "messages_lost": network.lost,
         "heartbeats": sum(m.heartbeats for m in system.members.values()),
     }
-    return CheckResult(seed, list(checker.violations), list(checker.known), engine.events, engine.digest(),
+    return CheckResult(seed, list(checker.violations), engine.events, engine.digest(),
                        engine.now, time.perf_counter() - started,
                        None if settle_at is None else settle_at - quiet,
                        replay_command(seed, duration_s, events, stale_requests), stats, engine.log,
@@ -175,13 +172,10 @@ class SweepSummary:
     wall_s: float
     max_settle_ms: int
     virtual_s: float
-    #: Known issue id -> seeds where it struck.
-    known: dict[str, list[int]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, object]:
         return {"seeds": self.seeds, "failed": [r.as_dict() for r in self.failed],
-                "failed_seeds": [r.seed for r in self.failed], "known_issues": self.known,
-                "events": self.events,
+                "failed_seeds": [r.seed for r in self.failed], "events": self.events,
                 "wall_s": round(self.wall_s, 2), "max_settle_ms": self.max_settle_ms,
                 "virtual_s": round(self.virtual_s, 1)}
 
@@ -190,7 +184,6 @@ def sweep(seeds: int, start_seed: int = 0, duration_s: int = DEFAULT_DURATION_S,
           events: int = DEFAULT_EVENTS, stale_requests: bool = False) -> SweepSummary:
     started = time.perf_counter()
     failed: list[CheckResult] = []
-    known: dict[str, list[int]] = {}
     total_events = 0
     max_settle = 0
     virtual = 0
@@ -202,7 +195,5 @@ def sweep(seeds: int, start_seed: int = 0, duration_s: int = DEFAULT_DURATION_S,
             max_settle = max(max_settle, r.settle_ms)
         if not r.ok:
             failed.append(r)
-        for issue in sorted({v.known for v in r.known if v.known}):
-            known.setdefault(issue, []).append(seed)
     return SweepSummary(seeds, failed, total_events, time.perf_counter() - started, max_settle,
-                        virtual / 1000, known)
+                        virtual / 1000)

@@ -28,7 +28,6 @@ def check(
 ) -> None:
     """Run fault plans against the real protocol core and check the invariants at every event."""
     from regroup.sim.check import run_seed, sweep
-    from regroup.sim.known_issues import KNOWN_ISSUES
 
     console = Console()
     if seed is not None:
@@ -42,8 +41,6 @@ def check(
                           + ("OK" if r.ok else f"{len(r.violations)} violation(s)"))
             for v in r.violations:
                 console.print(f"  [red]{v}[/red]")
-            for issue in sorted({v.known for v in r.known if v.known}):
-                console.print(f"  known issue {issue}: {KNOWN_ISSUES[issue].title}")
         raise typer.Exit(0 if r.ok else 1)
     summary = sweep(seeds, start_seed, duration, events, stale_requests)
     if json_output:
@@ -53,9 +50,6 @@ def check(
             console.print(f"[red]seed {r.seed} FAILED[/red]: replay with  {r.replay}")
             for v in r.violations[:5]:
                 console.print(f"    {v}")
-        for issue, hit in sorted(summary.known.items()):
-            console.print(f"known issue {issue} struck {len(hit)} seed(s) {hit[:10]}: "
-                          f"{KNOWN_ISSUES[issue].title} — see {KNOWN_ISSUES[issue].regression_test}")
         console.print(f"{summary.seeds} seeds ({start_seed}..{start_seed + seeds - 1}), "
                       f"{summary.events} events, {summary.virtual_s:.0f} s simulated in "
                       f"{summary.wall_s:.1f} s; slowest settle {summary.max_settle_ms / 1000:.1f} s "

@@ -1,5 +1,10 @@
 """The invariants, checked at every event of a simulation.
 
+The rules about the coordinator's state (who holds a shard, epochs, committed offsets, replay) are
+pure functions here, asked of the core's values; the simulator's `InvariantChecker` and the
+coordinator's property tests (tests/protocol/properties) ask the same functions, so each is stated
+once. The rules about processing (gaps, duplicates) live in the checker alone.
+
 The checker is fed observations and never looks at the simulator itself, so a test can hand it a bad
 trace and see it object. Two kinds of observations:
 
@@ -35,9 +40,10 @@ Invariants (docs/simulation.md explains each):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from regroup.protocol.messages import JOIN_EPOCH, STATIC_LEAVE_EPOCH
 from regroup.protocol.records import (
     CurrentAssignment,
     CurrentAssignmentRecord,
@@ -46,7 +52,7 @@ from regroup.protocol.records import (
     Record,
     TargetEpochRecord,
 )
-from regroup.protocol.shard import Shard
+from regroup.protocol.shard import Shard, ShardSet
 from regroup.protocol.state import Group
 
 SINGLE_OWNER = "single-owner"
@@ -63,6 +69,126 @@ ALL_INVARIANTS = (SINGLE_OWNER, REVOKE_BEFORE_ASSIGN, EPOCHS_MONOTONIC, OFFSETS_
                   EXACTLY_ONCE, REPLAY, LIVENESS, PROTOCOL)
 
 
+# ------------------------------------------------------------------------------ the rules, pure
+# Each function asks one invariant's question of the core's values and answers in words: None (or
+# nothing) when the rule holds. They keep no state: the checker below feeds them one record or
+# observation at a time and files the answers as `Violation`s; the property tests of the coordinator
+# (tests/protocol/properties) compare its state before and after each call and assert on the same
+# answers. So each rule is written once, whoever holds the state.
+
+
+def member_epoch(c: CurrentAssignment) -> int:
+    """A member's real epoch: a static member away (-2) keeps the one it had."""
+    return c.previous_epoch if c.epoch == STATIC_LEAVE_EPOCH else c.epoch
+
+
+def held(c: CurrentAssignment) -> ShardSet:
+    """What a member holds in the coordinator's state: it may still be processing all of it."""
+    return c.assigned | c.pending_revocation
+
+
+def holders_of(current: Mapping[str, CurrentAssignment]) -> dict[Shard, set[str]]:
+    """The members holding each shard, by the coordinator's state."""
+    holders: dict[Shard, set[str]] = {}
+    for mid, c in current.items():
+        for s in held(c):
+            holders.setdefault(s, set()).add(mid)
+    return holders
+
+
+def held_twice(group_id: str, holders: Mapping[Shard, Collection[str]],
+               shards: Iterable[Shard]) -> list[tuple[Shard, str]]:
+    """``single-owner`` (coordinator): which of ``shards`` more than one member holds."""
+    return [(s, f"group {group_id}: {s} is held by {sorted(holders[s])} in the coordinator's state")
+            for s in sorted(shards) if len(holders.get(s, ())) > 1]
+
+
+def taken_while_held(taker: str, shard: Shard, holders: Collection[str]) -> str | None:
+    """``single-owner`` (processes): ``taker`` starts on ``shard`` while others still hold it."""
+    others = sorted(set(holders) - {taker})
+    return f"{taker} takes {shard} while {', '.join(others)} still holds it" if others else None
+
+
+def given_while_held(group_id: str, member_id: str, gained: Iterable[Shard],
+                     holders: Mapping[Shard, Collection[str]]) -> list[tuple[Shard, str]]:
+    """``revoke-before-assign``: the shards ``member_id`` gains that other members still hold
+    (assigned or pending revocation)."""
+    return [(s, f"group {group_id}: {member_id} is given {s} while {sorted(holders[s])} still hold it")
+            for s in sorted(gained) if holders.get(s)]
+
+
+def group_epoch_went_back(group_id: str, old: int, new: int) -> str | None:
+    """``epochs-monotonic``: the group epoch never goes back."""
+    return f"group {group_id}: group epoch went back from {old} to {new}" if new < old else None
+
+
+def target_epoch_went_back(group_id: str, old: int, new: int) -> str | None:
+    """``epochs-monotonic``: the target epoch never goes back."""
+    return f"group {group_id}: target epoch went back from {old} to {new}" if new < old else None
+
+
+def target_ahead_of_group(group_id: str, group_epoch: int, target_epoch: int) -> str | None:
+    """``epochs-monotonic``: target epoch ≤ group epoch."""
+    if target_epoch <= group_epoch:
+        return None
+    return f"group {group_id}: target epoch {target_epoch} is ahead of the group epoch {group_epoch}"
+
+
+def member_ahead_of_target(group_id: str, member_id: str, c: CurrentAssignment,
+                           target_epoch: int) -> str | None:
+    """``epochs-monotonic``: member epoch ≤ target epoch (a member away at -2 keeps an old one)."""
+    if c.epoch == STATIC_LEAVE_EPOCH or c.epoch <= target_epoch:
+        return None
+    return (f"group {group_id}: member {member_id} is at epoch {c.epoch}, ahead of the target epoch "
+            f"{target_epoch}")
+
+
+def member_epoch_went_back(group_id: str, member_id: str, last: int, new: CurrentAssignment) -> str | None:
+    """``epochs-monotonic`` (coordinator): a member's epoch never goes back while it is in the group;
+    ``last`` is its real epoch before. Stepping out at -2 is not going back."""
+    if new.epoch == STATIC_LEAVE_EPOCH or new.epoch >= last:
+        return None
+    return f"group {group_id}: member {member_id}'s epoch went back from {last} to {new.epoch}"
+
+
+def process_epoch_went_back(owner: str, old: int, new: int) -> str | None:
+    """``epochs-monotonic`` (member side): a member's own epoch goes back only to 0, to rejoin."""
+    if new >= old or new == JOIN_EPOCH:
+        return None
+    return f"member {owner}'s epoch went back from {old} to {new} without rejoining"
+
+
+def offset_went_back(group_id: str, shard: Shard, old: int | None, new: int) -> str | None:
+    """``offsets-monotonic``: a committed offset never goes back."""
+    if old is None or new >= old:
+        return None
+    return f"group {group_id}: committed offset of {shard} went back from {old} to {new}"
+
+
+#: The fields a replay difference is reported by.
+_GROUP_FIELDS = ("epoch", "target_epoch", "assignor", "subscribed_topics", "members", "current",
+                 "target", "offsets", "static_members", "owners")
+
+
+def rebuilt_differs(before: Mapping[str, Group], after: Mapping[str, Group], how: str) -> str | None:
+    """``replay``: a coordinator rebuilt ``how`` (from its records, from a snapshot) equals the one
+    that wrote them; if not, what differs."""
+    if dict(before) == dict(after):
+        return None
+    diffs: list[str] = []
+    for gid in sorted(set(before) | set(after)):
+        b, a = before.get(gid), after.get(gid)
+        if b == a:
+            continue
+        if b is None or a is None:
+            diffs.append(f"group {gid} {'missing' if a is None else 'appeared'}")
+            continue
+        for name in _GROUP_FIELDS:
+            if getattr(b, name) != getattr(a, name):
+                diffs.append(f"group {gid}: {name} differs")
+    return f"the coordinator rebuilt {how} differs from the one that wrote them: " + "; ".join(diffs[:5])
+
+
 @dataclass(frozen=True, slots=True)
 class Violation:
     at_ms: int
@@ -70,12 +196,9 @@ class Violation:
     message: str
     #: The shard concerned, when there is one.
     shard: Shard | None = None
-    #: The id of the known core issue this is attributed to (regroup.sim.known_issues), if any.
-    known: str | None = None
 
     def __str__(self) -> str:
-        tag = f" (known issue {self.known})" if self.known else ""
-        return f"t={self.at_ms} ms [{self.invariant}]{tag} {self.message}"
+        return f"t={self.at_ms} ms [{self.invariant}] {self.message}"
 
 
 @dataclass
@@ -89,30 +212,12 @@ class _GroupView:
     offsets: dict[Shard, int] = field(default_factory=dict)
 
 
-@dataclass
-class _Hazard:
-    """A known issue armed on a shard: violations on it are the issue's until ``until`` — or, once it
-    struck, until no process holds the shard any more."""
-
-    issue: str
-    until: int
-    struck: bool = False
-
-
-def _epoch_of(c: CurrentAssignment) -> int:
-    """A member's real epoch: a static member away (-2) keeps the one it had."""
-    return c.previous_epoch if c.epoch == -2 else c.epoch
-
-
 class InvariantChecker:
     """Collects `Violation`s from the observations it is fed."""
 
     def __init__(self, max_violations: int = 50) -> None:
         self.violations: list[Violation] = []
         self.max_violations = max_violations
-        #: Violations attributed to known issues (not counted in `violations`).
-        self.known: list[Violation] = []
-        self._hazards: dict[Shard, _Hazard] = {}
         #: Consumer processes holding each shard (acquire .. release); more than one is a violation.
         self.holders: dict[Shard, set[str]] = {}
         #: Processes the coordinator fenced while they held a shard and that have not noticed yet.
@@ -134,23 +239,8 @@ class InvariantChecker:
         return not self.violations
 
     def fail(self, t: int, invariant: str, message: str, shard: Shard | None = None) -> None:
-        hazard = self._hazards.get(shard) if shard is not None else None
-        if hazard is not None and (hazard.struck or t <= hazard.until):
-            hazard.struck = True  # the episode lasts until every process involved let go
-            if len(self.known) < self.max_violations:
-                self.known.append(Violation(t, invariant, message, shard, hazard.issue))
-            return
         if len(self.violations) < self.max_violations:
             self.violations.append(Violation(t, invariant, message, shard))
-
-    def hazard(self, t: int, issue: str, shards: Iterable[Shard], window_ms: int) -> None:
-        """A known issue's precondition happened on ``shards``: attribute what follows to it.
-
-        Violations on those shards within ``window_ms`` are the issue's; once it has struck, so is
-        everything on the shard until no process holds it any more.
-        """
-        for s in shards:
-            self._hazards[s] = _Hazard(issue, t + window_ms)
 
     def holder(self, shard: Shard) -> str | None:
         """The process holding ``shard`` (one of them, if the invariant is broken)."""
@@ -160,10 +250,8 @@ class InvariantChecker:
     # ---------------------------------------------------------------- consumers
     def on_acquire(self, t: int, owner: str, shard: Shard) -> None:
         holders = self.holders.setdefault(shard, set())
-        others = sorted(holders - {owner})
-        if others:
-            self.fail(t, SINGLE_OWNER, f"{owner} takes {shard} while {', '.join(others)} still holds it",
-                      shard)
+        if (broken := taken_while_held(owner, shard, holders)) is not None:
+            self.fail(t, SINGLE_OWNER, broken, shard)
         holders.add(owner)
         self.last_ownership_change = t
 
@@ -240,9 +328,6 @@ class InvariantChecker:
             holders.discard(owner)
             if not holders:
                 del self.holders[shard]
-                hazard = self._hazards.get(shard)
-                if hazard is not None and hazard.struck:
-                    del self._hazards[shard]  # the episode is over
         if clean:
             self.clean_handoffs += 1
         else:
@@ -254,9 +339,8 @@ class InvariantChecker:
 
     def member_epoch(self, t: int, owner: str, old: int, new: int) -> None:
         """A member state machine's epoch moved from ``old`` to ``new``."""
-        if new < old and new != 0:
-            self.fail(t, EPOCHS_MONOTONIC, f"member {owner}'s epoch went back from {old} to {new} "
-                                           "without rejoining")
+        if (broken := process_epoch_went_back(owner, old, new)) is not None:
+            self.fail(t, EPOCHS_MONOTONIC, broken)
 
     def all_processed(self, t: int, ends: Mapping[Shard, int]) -> None:
         """End of run: every record below ``ends[shard]`` must have been processed."""
@@ -274,30 +358,25 @@ class InvariantChecker:
             if isinstance(r, GroupEpochRecord):
                 self._group_epoch(t, r, view)
             elif isinstance(r, TargetEpochRecord):
-                if r.target_epoch < view.target_epoch:
-                    self.fail(t, EPOCHS_MONOTONIC, f"group {r.group_id}: target epoch went back from "
-                                                   f"{view.target_epoch} to {r.target_epoch}")
-                if r.target_epoch > view.epoch:
-                    self.fail(t, EPOCHS_MONOTONIC, f"group {r.group_id}: target epoch {r.target_epoch} "
-                                                   f"is ahead of the group epoch {view.epoch}")
+                for broken in (target_epoch_went_back(r.group_id, view.target_epoch, r.target_epoch),
+                               target_ahead_of_group(r.group_id, view.epoch, r.target_epoch)):
+                    if broken is not None:
+                        self.fail(t, EPOCHS_MONOTONIC, broken)
                 view.target_epoch = r.target_epoch
             elif isinstance(r, CurrentAssignmentRecord):
                 touched.update((r.group_id, s) for s in self._current(t, r, view))
             elif isinstance(r, OffsetRecord):
                 self._offset(t, r, view)
         for gid, shard in sorted(touched):
-            holders = self._groups[gid].holders.get(shard)
-            if holders is not None and len(holders) > 1:
-                self.fail(t, SINGLE_OWNER, f"group {gid}: {shard} is held by {sorted(holders)} in the "
-                                           "coordinator's state", shard)
+            for s, broken in held_twice(gid, self._groups[gid].holders, [shard]):
+                self.fail(t, SINGLE_OWNER, broken, s)
 
     def _group_epoch(self, t: int, r: GroupEpochRecord, view: _GroupView) -> None:
         if r.epoch is None:
             self._groups.pop(r.group_id, None)
             return
-        if r.epoch < view.epoch:
-            self.fail(t, EPOCHS_MONOTONIC, f"group {r.group_id}: group epoch went back from {view.epoch} "
-                                           f"to {r.epoch}")
+        if (broken := group_epoch_went_back(r.group_id, view.epoch, r.epoch)) is not None:
+            self.fail(t, EPOCHS_MONOTONIC, broken)
         view.epoch = r.epoch
 
     def _current(self, t: int, r: CurrentAssignmentRecord, view: _GroupView) -> set[Shard]:
@@ -305,7 +384,7 @@ class InvariantChecker:
         old = view.current.pop(mid, None)
         touched: set[Shard] = set()
         if old is not None:
-            for s in old.assigned | old.pending_revocation:
+            for s in held(old):
                 holders = view.holders.get(s)
                 if holders is not None:
                     holders.discard(mid)
@@ -315,20 +394,14 @@ class InvariantChecker:
         if new is None:
             return touched
         gained = new.assigned - old.assigned if old is not None else new.assigned
-        for s in sorted(gained):
-            others = view.holders.get(s)
-            if others:
-                self.fail(t, REVOKE_BEFORE_ASSIGN,
-                          f"group {r.group_id}: {mid} is given {s} while {sorted(others)} still hold it", s)
-        epoch = _epoch_of(new)
-        if old is not None and epoch < _epoch_of(old) and new.epoch != -2:
-            self.fail(t, EPOCHS_MONOTONIC, f"group {r.group_id}: member {mid}'s epoch went back from "
-                                           f"{_epoch_of(old)} to {epoch}")
-        if epoch > view.target_epoch and new.epoch != -2:
-            self.fail(t, EPOCHS_MONOTONIC, f"group {r.group_id}: member {mid} is at epoch {epoch}, ahead "
-                                           f"of the target epoch {view.target_epoch}")
+        for s, given in given_while_held(r.group_id, mid, gained, view.holders):
+            self.fail(t, REVOKE_BEFORE_ASSIGN, given, s)
+        if old is not None and (broken := member_epoch_went_back(r.group_id, mid, member_epoch(old), new)):
+            self.fail(t, EPOCHS_MONOTONIC, broken)
+        if (broken := member_ahead_of_target(r.group_id, mid, new, view.target_epoch)) is not None:
+            self.fail(t, EPOCHS_MONOTONIC, broken)
         view.current[mid] = new
-        for s in new.assigned | new.pending_revocation:
+        for s in held(new):
             view.holders.setdefault(s, set()).add(mid)
             touched.add(s)
         return touched
@@ -337,10 +410,8 @@ class InvariantChecker:
         if r.offset is None:
             view.offsets.pop(r.shard, None)
             return
-        prev = view.offsets.get(r.shard)
-        if prev is not None and r.offset < prev:
-            self.fail(t, OFFSETS_MONOTONIC, f"group {r.group_id}: committed offset of {r.shard} went back "
-                                            f"from {prev} to {r.offset}", r.shard)
+        if (broken := offset_went_back(r.group_id, r.shard, view.offsets.get(r.shard), r.offset)) is not None:
+            self.fail(t, OFFSETS_MONOTONIC, broken, r.shard)
         hw = self.processed_hw.get(r.shard, 0)
         if r.offset > hw:
             self.fail(t, OFFSETS_MONOTONIC, f"group {r.group_id}: offset {r.offset} committed for "
@@ -349,19 +420,5 @@ class InvariantChecker:
 
     def recovered(self, t: int, before: Mapping[str, Group], after: Mapping[str, Group], how: str) -> None:
         """A coordinator rebuilt (``how``: from its records, or from a snapshot) must equal the old one."""
-        if dict(before) == dict(after):
-            return
-        diffs: list[str] = []
-        for gid in sorted(set(before) | set(after)):
-            b, a = before.get(gid), after.get(gid)
-            if b == a:
-                continue
-            if b is None or a is None:
-                diffs.append(f"group {gid} {'missing' if a is None else 'appeared'}")
-                continue
-            for name in ("epoch", "target_epoch", "assignor", "subscribed_topics", "members", "current",
-                         "target", "offsets", "static_members", "owners"):
-                if getattr(b, name) != getattr(a, name):
-                    diffs.append(f"group {gid}: {name} differs")
-        self.fail(t, REPLAY, f"the coordinator rebuilt {how} differs from the one that wrote them: "
-                             + "; ".join(diffs[:5]))
+        if (broken := rebuilt_differs(before, after, how)) is not None:
+            self.fail(t, REPLAY, broken)

@@ -22,6 +22,16 @@ from regroup.sim.invariants import (
     REVOKE_BEFORE_ASSIGN,
     SINGLE_OWNER,
     InvariantChecker,
+    given_while_held,
+    held_twice,
+    holders_of,
+    member_ahead_of_target,
+    member_epoch,
+    member_epoch_went_back,
+    offset_went_back,
+    process_epoch_went_back,
+    rebuilt_differs,
+    taken_while_held,
 )
 
 S0, S1 = Shard("t", 0), Shard("t", 1)
@@ -186,18 +196,21 @@ def test_a_rebuilt_coordinator_must_equal_the_old_one() -> None:
     assert kinds(c) == {REPLAY} and "epoch differs" in c.violations[0].message
 
 
-def test_known_issue_attribution() -> None:
-    c = InvariantChecker()
-    c.hazard(0, "KI-X", [S0], window_ms=100)
-    c.on_acquire(10, "a#1", S0)
-    c.on_acquire(20, "b#1", S0)  # within the window: attributed
-    c.on_processed(500, "b#1", S0, 0, 10)  # the episode goes on past the window: still attributed
-    c.on_release(600, "a#1", S0, clean=True)
-    c.on_release(601, "b#1", S0, clean=True)  # nobody holds it: the episode is over
-    c.on_acquire(700, "c#1", S1)
-    c.on_acquire(701, "d#1", S1)  # another shard: new
-    assert [v.known for v in c.known] == ["KI-X"] and c.known[0].shard == S0
-    assert [v.shard for v in c.violations] == [S1]
+def test_the_rules_are_pure_and_answer_in_words() -> None:
+    away = cur(-2, {S0}, previous=4)
+    assert member_epoch(away) == 4 and member_epoch(cur(3, set())) == 3
+    assert holders_of({"a": cur(1, {S0}), "b": cur(1, set(), {S0})}) == {S0: {"a", "b"}}
+    assert held_twice("g", {S0: {"a", "b"}, S1: {"a"}}, [S0, S1]) == [
+        (S0, "group g: t-0 is held by ['a', 'b'] in the coordinator's state")]
+    assert taken_while_held("a", S0, {"a"}) is None
+    assert given_while_held("g", "b", {S0, S1}, {S0: {"a"}}) == [
+        (S0, "group g: b is given t-0 while ['a'] still hold it")]
+    assert member_epoch_went_back("g", "a", 4, away) is None  # stepping out is not going back
+    assert member_ahead_of_target("g", "a", away, 1) is None
+    assert process_epoch_went_back("a#1", 4, 0) is None and process_epoch_went_back("a#1", 4, 3)
+    assert offset_went_back("g", S0, None, 0) is None and offset_went_back("g", S0, 5, 4)
+    same = {"g": Group("g", epoch=3)}
+    assert rebuilt_differs(same, {"g": Group("g", epoch=3)}, "from its records") is None
 
 
 def test_every_invariant_is_documented() -> None:
