@@ -29,7 +29,8 @@ Rules:
    process is caught up or is its current owner's process (moving between members of one process
    moves no state). Otherwise it stays with its current owner, caught up or not: nothing is gained
    by moving it anywhere else. A task with no current owner goes to its intended owner if that copy
-   is caught up or as fresh as any, else to the process with the freshest copy (rule 3's anchor).
+   is caught up or as fresh as any, else to the process with the freshest copy (rule 3's anchor):
+   every caught-up copy can take over at once, so among them balance decides, as in KIP-441.
    A task nobody holds a copy of goes to its intended owner, a member with room.
 6. Warm-ups. A task whose intended process is not the process it runs on gets a warm-up on its
    intended member, at most ``max_warmups`` in the group, in this order: warm-ups that continue

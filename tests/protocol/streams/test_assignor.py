@@ -174,12 +174,26 @@ def test_a_dead_members_task_goes_to_its_caught_up_standby() -> None:
     assert not warmups(out)
 
 
-def test_a_dead_members_task_goes_to_the_most_caught_up_of_its_standbys() -> None:
+def test_a_dead_members_task_goes_to_a_caught_up_standby_balance_permitting() -> None:
+    # Both standbys are caught up, so either can take t0 over at once: balance decides (b holds
+    # the extra slot), as KIP-441 treats every caught-up copy alike.
     current = {"B": {"b": roles(ts(1), standby=ts(0))}, "C": {"c": roles(ts(2), standby=ts(0))},
                "D": {"d": roles(ts(3))}}
     lags = {"B": {t(0): 900, t(1): 0}, "C": {t(0): 30, t(2): 0}, "D": {t(3): 0}}
     out = run(spec(tasks(4), current, lags, standby_replicas=2))
+    assert active_owner(out)[t(0)] == "b"
+    assert not warmups(out)
+
+
+def test_a_dead_members_task_goes_to_the_freshest_standby_when_balance_wants_it_elsewhere() -> None:
+    # The extra slot is a's, which holds no copy: t0 runs on the freshest standby (c) while a
+    # warms it up, rather than restoring from scratch on a.
+    current = {"A": {"a": roles(ts(3))}, "B": {"b": roles(ts(1), standby=ts(0))},
+               "C": {"c": roles(ts(2), standby=ts(0))}}
+    lags = {"A": {t(3): 0}, "B": {t(0): 900, t(1): 0}, "C": {t(0): 30, t(2): 0}}
+    out = run(spec(tasks(4), current, lags, standby_replicas=2))
     assert active_owner(out)[t(0)] == "c"
+    assert warmups(out) == {t(0): "a"}
 
 
 def test_a_dead_members_task_goes_to_the_freshest_copy_when_none_is_caught_up() -> None:
