@@ -20,6 +20,9 @@ Driver loop::
         # handle(Lost(s)):    on_lost(s), no commit  (nothing to acknowledge)
         # sleep until min(m.next_heartbeat_at(), m.session_deadline()) or until work arrives
 
+How every shell carries out Revoke, Assign, Lost and Fatal — commit then release, where a new shard
+starts, an Assign whose offsets cannot be read yet — is decided once, in `regroup.protocol.driver`.
+
 States::
 
     UNSUBSCRIBED --update_subscription--> JOINING <------------------------------------+
