@@ -83,10 +83,11 @@ def test_each_step_names_the_next_deadline() -> None:
     assert eff.next_deadline == 30_000
     eff = rt.step(lambda c: c.heartbeat(HeartbeatRequest("g", "a", 1), 5_000), ("g", "a"))
     assert eff.next_deadline == 35_000  # re-armed by the heartbeat
-    eff = rt.step(lambda c: c.expire(35_000))
-    assert eff.next_deadline is None and eff.fences == (Fence("g", "a", FenceReason.SESSION_TIMEOUT),)
-    assert eff.departed == (("g", "a"),)
-    assert eff.fence_lines() == ["group 'g': member 'a' fenced (session timeout)"]
+    expired = rt.step(lambda c: c.expire(35_000))
+    assert expired.next_deadline is None
+    assert expired.fences == (Fence("g", "a", FenceReason.SESSION_TIMEOUT),)
+    assert expired.departed == (("g", "a"),)
+    assert expired.fence_lines() == ["group 'g': member 'a' fenced (session timeout)"]
 
 
 def test_compaction_hands_the_store_a_snapshot_when_due() -> None:

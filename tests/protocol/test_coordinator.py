@@ -23,7 +23,7 @@ from regroup.protocol.config import CoordinatorConfig
 from regroup.protocol.coordinator import Coordinator
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.messages import HeartbeatRequest
-from regroup.protocol.records import GroupEpochRecord, MemberStatus, SubscribedTopicsRecord
+from regroup.protocol.records import GroupEpochRecord, MemberStatus, Record, SubscribedTopicsRecord
 from regroup.protocol.shard import EMPTY, Shard
 from regroup.protocol.state import GroupState
 from regroup.protocol.topics import TopicMetadata
@@ -395,7 +395,7 @@ class TestReplay:
         assert h.ok(h.hb("b", 2, owned=b)).assignment is None
 
     def test_recover_starts_from_the_topics_the_groups_recorded(self) -> None:
-        records = [GroupEpochRecord("g", 1), SubscribedTopicsRecord("g", {"a": 2}),
+        records: list[Record] = [GroupEpochRecord("g", 1), SubscribedTopicsRecord("g", {"a": 2}),
                    GroupEpochRecord("h", 1), SubscribedTopicsRecord("h", {"a": 4, "b": 1}),
                    GroupEpochRecord("gone", 1), SubscribedTopicsRecord("gone", {"c": 9}),
                    GroupEpochRecord("gone", None)]
