@@ -2,11 +2,13 @@
 
 | module | job |
 |---|---|
-| `server` | start-up (recovery), the gRPC server, /metrics, shutdown; `run_coordinator`, `serve` |
-| `service` | the servicer: one core step per call, persist, nudge, answer once durable; timers |
+| `server` | start-up (recovery), the gRPC server, /metrics, shutdown; `ServerConfig`, `serve` |
+| `service` | the servicer: decode, one runtime step per call, perform its effects, answer once durable |
+| `runtime` | one core step turned into effects (records, history, nudges, deadline, compaction) |
+| `memory_store` | the runtime's store in memory (simulator, tests) |
 | `store` | SQLite (WAL) record log with group commit and snapshot compaction |
 | `codec` | the stored encoding of the core's records |
-| `history` | per-group epoch history derived from the records |
+| `history` | per-group epoch history, worded from the causes the core reports |
 | `sources` | topic metadata sources and their refresh |
 | `watch` | open Watch streams (nudges) |
 | `metrics`, `auth` | Prometheus metrics; token interceptor and TLS |
