@@ -37,7 +37,13 @@ from regroup.protocol.member import (
     MemberStateMachine,
     Revoke,
 )
-from regroup.protocol.messages import JOIN_EPOCH, HeartbeatRequest, HeartbeatResponse, OffsetCommitRequest
+from regroup.protocol.messages import (
+    JOIN_EPOCH,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    OffsetCommitRequest,
+    OffsetResetRequest,
+)
 from regroup.protocol.records import MemberStatus, Record, TargetEpochRecord, TargetMemberRecord
 from regroup.protocol.shard import EMPTY, Shard
 from regroup.protocol.state import Group, apply
@@ -77,7 +83,7 @@ def guarded(fn: F) -> F:
 
 def admin_commit_offsets(coord: Coordinator, offsets: Mapping[Shard, int], now: int) -> Outcome[Any]:
     """An operator sets a group's committed offsets (the coordinator's admin entry point)."""
-    return coord.commit_offsets(OffsetCommitRequest(GID, "", -1, offsets), now)
+    return coord.reset_offsets(OffsetResetRequest(GID, offsets), now)
 
 
 class GroupMachine(RuleBasedStateMachine):
