@@ -130,8 +130,7 @@ def describe_cause(cause: BumpCause) -> str:
     if isinstance(cause, MemberLeft):
         return f"member {cause.member_id} left"
     if isinstance(cause, MemberFenced):
-        # The documented wording predates the reason travelling with the fence.
-        return f"member {cause.member_id} fenced (session or revocation timeout)"
+        return f"member {cause.member_id} fenced ({cause.reason.value})"
     if isinstance(cause, SubscriptionChanged):
         return f"member {cause.member_id} changed its subscription"
     if isinstance(cause, StaticTakeOver):

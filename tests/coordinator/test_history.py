@@ -27,7 +27,7 @@ def test_joins_leaves_fences_and_topic_changes_are_explained() -> None:
     out = c.expire(10**9)  # both sessions time out
     h.apply(derive(out.epoch_events, 3))
     causes = [e.cause for e in h.of("g") if e.kind == "group"]
-    assert "member a fenced (session or revocation timeout)" in causes[-2]
+    assert "member a fenced (session timeout)" in causes[-2]
     assert len(h.of("g")) == 4  # bounded
     out2 = c.update_topics(TopicMetadata({"t": 6}), 10**9)
     assert derive(out2.epoch_events, 4) == []  # empty group: nothing moves

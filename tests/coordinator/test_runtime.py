@@ -112,8 +112,8 @@ def test_history_is_worded_from_the_causes_the_core_reported() -> None:
     rt.step(lambda c: c.heartbeat(join("g", "b"), 0), ("g", "b"))
     fenced = rt.step(lambda c: c.expire(10**9))
     causes = [op.entry.cause for op in fenced.history if op.entry is not None and op.entry.kind == "group"]
-    assert causes[0] == "member a fenced (session or revocation timeout)"
-    assert causes[1].startswith("member b fenced (session or revocation timeout)")
+    assert causes[0] == "member a fenced (session timeout)"
+    assert causes[1].startswith("member b fenced (session timeout)")
     assert store.history.of("g")[-len(fenced.history):] == tuple(op.entry for op in fenced.history)
 
 
