@@ -17,10 +17,11 @@ Rules:
    from the warm-ups. Because each member of a process has its own quota, a process's tasks are
    spread evenly across its members.
 3. Stickiness. Each task has at most one *anchor*: the member that holds a warm-up of it (the move
-   already under way), else its current owner, else, for a task nobody owns, a member of the
-   process with its most caught-up copy (a current standby wins a tie). A member keeps as many of
-   its anchored tasks as its quota allows, preferring tasks whose copy on its process is caught up,
-   then tasks no other process could take over at once, then the smaller lag, then the task id.
+   already under way), else its current owner, else, for a task nobody owns, a member with room
+   on the process with its freshest caught-up copy, else on the process with its freshest copy (a
+   current standby wins a tie). A member keeps as many of its anchored tasks as its quota allows,
+   preferring tasks whose copy on its process is caught up, then tasks no other process could take
+   over at once, then the smaller lag, then the task id.
 4. The other tasks go, in task order, to members with room: first to a member whose process has a
    caught-up copy (smallest lag, then member id); then to one whose process holds any copy
    (smallest lag), else to the first member id with room. Preferences are fixed orders, never the
@@ -170,13 +171,20 @@ class _Run:
         for t, m in self.cur_active.items():
             anchor.setdefault(t, m)
         count = Counter(anchor.values())
+
+        def spare(m: str) -> int:
+            return self.quota[m] - count[m]
+
         for t in self.tasks:
             if t in anchor:
                 continue
-            best = self.freshest_copy(t)
+            # A caught-up copy on a member with room, so that no owner is displaced; else the
+            # freshest copy, which is where rule 5 runs the task anyway.
+            roomy = [p for p in self.caught.get(t, ()) if any(spare(m) > 0 for m in self.members_of[p])]
+            best = roomy[0] if roomy else self.freshest_copy(t)
             if best is None:
                 continue
-            m = min(self.members_of[best], key=lambda m: (count[m] - self.quota[m], m))
+            m = min(self.members_of[best], key=lambda m: (-spare(m), m))
             anchor[t] = m
             count[m] += 1
         return anchor
