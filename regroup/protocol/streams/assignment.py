@@ -172,7 +172,8 @@ def validate_task_assignment(spec: TaskAssignmentSpec,
         for role, ts in frozen.roles():
             for task in sorted(ts, key=_task_key):
                 if not isinstance(task, TaskId) or task not in spec.tasks:
-                    raise bad(f"member {mid!r} was given {role} task {task!r}, which is not a task "
+                    named = task if isinstance(task, TaskId) else repr(task)
+                    raise bad(f"member {mid!r} was given {role} task {named}, which is not a task "
                               f"of the group")
                 held = role_on.setdefault((task, pid), (role, mid))
                 if held != (role, mid):
