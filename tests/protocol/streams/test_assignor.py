@@ -78,7 +78,7 @@ def test_when_a_member_leaves_only_its_tasks_move() -> None:
 # -- rule 5: an active moves only to a caught-up copy; rule 6: warm-ups ---------------------------
 
 
-def scale_out(**config: int) -> tuple[dict[str, dict[str, MemberTasks]], dict[str, dict[TaskId, int | None]]]:
+def scale_out() -> tuple[dict[str, dict[str, MemberTasks]], dict[str, dict[TaskId, int | None]]]:
     """A and B run three tasks each, caught up; C has just joined with nothing."""
     current = {"A": {"a": roles(ts(0, 1, 2))}, "B": {"b": roles(ts(3, 4, 5))}, "C": {"c": roles()}}
     lags: dict[str, dict[TaskId, int | None]] = {
@@ -130,7 +130,7 @@ def test_a_copy_within_the_acceptable_lag_takes_over_at_once() -> None:
 
 
 def test_a_copy_beyond_the_acceptable_lag_gets_a_warmup_instead() -> None:
-    current, lags = scale_out(acceptable_recovery_lag=100)
+    current, lags = scale_out()
     lags["C"] = {t(2): 101}
     out = run(spec(tasks(6), current, lags, acceptable_recovery_lag=100))
     assert active_owner(out)[t(2)] == "a"
@@ -160,6 +160,36 @@ def test_a_current_owner_that_is_behind_keeps_its_task_when_nobody_is_caught_up(
     out = run(spec(tasks(2), current, lags))
     assert active_owner(out) == {t(0): "a", t(1): "a"}
     assert len(warmups(out)) == 1 and set(warmups(out).values()) == {"b"}
+
+
+def test_continuing_warmups_keep_the_budget() -> None:
+    # c is half-way through warming up t4 and t5; t0 also wants to move to d, but must wait.
+    current = {"A": {"a": roles(ts(0, 1, 2, 3, 4, 5))}, "C": {"c": roles(warmup=ts(4, 5))},
+               "D": {"d": roles()}}
+    lags = {"A": dict.fromkeys(tasks(6), 0), "C": {t(4): 40_000, t(5): 40_000}}
+    out = run(spec(tasks(6), current, lags))
+    assert warmups(out) == {t(4): "c", t(5): "c"}
+    assert active_counts(out)["a"] == 6
+
+
+def test_scale_out_from_two_to_three_settles_after_two_rounds_of_warmups() -> None:
+    current = {"A": {"a": roles(tasks(6))}, "B": {"b": roles(tasks(12) - tasks(6))},
+               "C": {"c": roles()}}
+    lags: dict[str, dict[TaskId, int | None]] = {
+        "A": dict.fromkeys(tasks(6), 0), "B": dict.fromkeys(tasks(12) - tasks(6), 0), "C": {}}
+    s = spec(tasks(12), current, lags)
+    out = run(s)
+    first = active_owner(out)
+    history = []
+    while warmups(out):
+        history.append(sorted(warmups(out)))
+        lags["C"].update(dict.fromkeys(warmups(out), 0))
+        s = again(s, out, lags)
+        out = run(s)
+    assert len(history) == 2 and all(len(w) == 2 for w in history)
+    assert active_counts(out) == {"a": 4, "b": 4, "c": 4}
+    moved = {task for task, m in active_owner(out).items() if first[task] != m}
+    assert moved == {task for w in history for task in w}  # only the warmed-up tasks moved
 
 
 # -- rule 5: a task whose owner is gone ---------------------------------------------------------
@@ -209,6 +239,16 @@ def test_a_task_nobody_has_a_copy_of_goes_to_the_least_loaded_member() -> None:
     out = run(spec(tasks(3), current, {"B": {t(1): 0, t(2): 0}}))
     assert active_owner(out)[t(0)] == "c"
     assert not warmups(out)
+
+
+def test_an_orphan_never_displaces_a_current_owner() -> None:
+    # Found by hypothesis: P0 holds a caught-up copy of everything; its member already runs s_2.
+    # The orphans s_0 and s_1 must not push s_2 off m00: one of them goes to m01 instead.
+    current = {"P0": {"m00": roles(ts(2))}, "P1": {"m01": roles()}}
+    lags = {"P0": dict.fromkeys(tasks(3), 0), "P1": dict.fromkeys(tasks(3), 0)}
+    out = run(spec(tasks(3), current, lags))
+    assert t(2) in out["m00"].active
+    assert balanced(out) and not warmups(out)
 
 
 def test_an_orphan_with_a_caught_up_copy_on_a_full_member_still_goes_there() -> None:
