@@ -21,9 +21,9 @@ import pytest
 
 from regroup.log import open_log
 from regroup.log.base import LogRecord
+from regroup.protocol.describe import GroupDescription
 from regroup.protocol.shard import Shard
 from regroup.rpc.client import CoordinatorClient
-from regroup.rpc.types import GroupDescription
 from tests.coordinator.server_proc import ServerProc, start_server
 
 TOPIC = "orders"
