@@ -22,7 +22,7 @@ from regroup.sim.kip848 import Kip848System
 from regroup.sim.member_node import MemberSettings
 from regroup.sim.network import Network
 from regroup.sim.system import PollModel
-from regroup.sim.workload import PartitionedLog
+from regroup.sim.workload import ProducedLog
 
 DEFAULT_DURATION_S = 120
 DEFAULT_EVENTS = 12
@@ -86,7 +86,7 @@ def run_seed(seed: int, duration_s: int = DEFAULT_DURATION_S, events: int = DEFA
     plan = make_plan(seed, duration_s * 1000, events, stale_requests)
     rng = random.Random(seed)
     engine = Engine(record=record)
-    log = PartitionedLog()
+    log = ProducedLog()
     for topic, partitions in plan.topics:
         log.create(topic, partitions, 0)
     network = Network(engine, rng, plan.network, faults_until=plan.quiet_at_ms)

@@ -17,11 +17,11 @@ from regroup.sim.metrics import Recorder
 from regroup.sim.network import Network
 from regroup.sim.observers import Fanout, NullObserver, ShardObserver
 from regroup.sim.system import PollModel
-from regroup.sim.workload import PartitionedLog
+from regroup.sim.workload import ProducedLog
 
 
 class ClassicSystem:
-    def __init__(self, engine: Engine, rng: random.Random, network: Network, log: PartitionedLog, *,
+    def __init__(self, engine: Engine, rng: random.Random, network: Network, log: ProducedLog, *,
                  config: ClassicConfig, topics: tuple[str, ...] = ("orders",), poll: PollModel | None = None,
                  checker: InvariantChecker | None = None, recorder: Recorder | None = None) -> None:
         self.engine = engine

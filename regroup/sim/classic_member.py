@@ -36,7 +36,7 @@ from regroup.sim.classic_coordinator import (
 from regroup.sim.engine import Engine
 from regroup.sim.network import Network
 from regroup.sim.observers import ShardObserver
-from regroup.sim.workload import Cadence, PartitionedLog, Processor
+from regroup.sim.workload import Cadence, Processor, ProducedLog
 
 
 @dataclass
@@ -45,7 +45,7 @@ class ClassicWorld:
     rng: random.Random
     network: Network
     coordinator: ClassicCoordinator
-    log: PartitionedLog
+    log: ProducedLog
     observer: ShardObserver
     config: ClassicConfig
     topics: tuple[str, ...]

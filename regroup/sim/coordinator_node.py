@@ -34,7 +34,7 @@ from regroup.protocol.timers import MemberKey
 from regroup.sim.engine import Engine
 from regroup.sim.invariants import InvariantChecker
 from regroup.sim.metrics import Recorder
-from regroup.sim.workload import PartitionedLog
+from regroup.sim.workload import ProducedLog
 
 R = TypeVar("R")
 
@@ -45,7 +45,7 @@ FenceHandler = Callable[[str, str, ShardSet | None], None]
 
 
 class CoordinatorNode:
-    def __init__(self, engine: Engine, rng: random.Random, config: CoordinatorConfig, log: PartitionedLog,
+    def __init__(self, engine: Engine, rng: random.Random, config: CoordinatorConfig, log: ProducedLog,
                  checker: InvariantChecker | None, on_wake: WakeHandler | None,
                  recorder: Recorder | None = None, on_fenced: FenceHandler | None = None) -> None:
         self.engine = engine
@@ -72,9 +72,7 @@ class CoordinatorNode:
         return self.runtime.coord
 
     # ---------------------------------------------------------------- requests
-    def heartbeat(self, req: HeartbeatRequest, stale: bool = False) -> HeartbeatResponse | None:
-        """Answer a heartbeat. ``stale``: its sender already gave up on it (a late delivery); a shell
-        cannot know that, but the simulator can, to arm a known issue's precondition."""
+    def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResponse | None:
         if not self.up:
             return None
         self._count()

@@ -22,13 +22,13 @@ from regroup.sim.metrics import Recorder
 from regroup.sim.network import Network
 from regroup.sim.observers import Fanout, NullObserver, ShardObserver
 from regroup.sim.system import PollModel
-from regroup.sim.workload import PartitionedLog
+from regroup.sim.workload import ProducedLog
 
 
 class Kip848System:
     """Implements `GroupSystem` over `regroup.protocol` (coordinator and member state machines)."""
 
-    def __init__(self, engine: Engine, rng: random.Random, network: Network, log: PartitionedLog, *,
+    def __init__(self, engine: Engine, rng: random.Random, network: Network, log: ProducedLog, *,
                  nudges: bool, settings: MemberSettings | None = None,
                  config: CoordinatorConfig | None = None, poll: PollModel | None = None,
                  checker: InvariantChecker | None = None, recorder: Recorder | None = None) -> None:

@@ -49,7 +49,7 @@ from regroup.sim.engine import Engine
 from regroup.sim.invariants import PROTOCOL, InvariantChecker
 from regroup.sim.network import Network
 from regroup.sim.observers import ShardObserver
-from regroup.sim.workload import Cadence, PartitionedLog, Processor
+from regroup.sim.workload import Cadence, Processor, ProducedLog
 
 _DONE = frozenset({MemberState.LEFT, MemberState.FATAL})
 
@@ -82,7 +82,7 @@ class MemberWorld:
     engine: Engine
     network: Network
     coordinator: CoordinatorNode
-    log: PartitionedLog
+    log: ProducedLog
     observer: ShardObserver
     checker: InvariantChecker | None
     settings: MemberSettings
@@ -267,7 +267,7 @@ class SimMember:
             owned = "-" if req.owned is None else format_shards(req.owned)
             self.w.engine.trace(f"{self.owner}: send hb e={req.member_epoch} owned={owned}")
         coord = self.w.coordinator
-        self.w.network.call(self.slot, f"hb {req.member_id}", lambda stale: coord.heartbeat(req, stale),
+        self.w.network.call(self.slot, f"hb {req.member_id}", lambda: coord.heartbeat(req),
                             lambda resp: self._on_reply(inc, resp), lambda: self._on_fail(inc),
                             self.w.settings.request_timeout_ms)
 
@@ -357,7 +357,7 @@ class SimMember:
         assert sm is not None
         req = OffsetFetchRequest(sm.group_id, sm.member_id, sm.epoch, tuple(sorted(a.shards)))
         coord = self.w.coordinator
-        self.w.network.call(self.slot, f"fetch {sm.member_id}", lambda _: coord.fetch(req),
+        self.w.network.call(self.slot, f"fetch {sm.member_id}", lambda: coord.fetch(req),
                             lambda resp: self._fetched(inc, a, resp), lambda: self._retry_fetch(inc, a),
                             self.w.settings.request_timeout_ms)
 
@@ -408,7 +408,7 @@ class SimMember:
             assert sm is not None
             req = OffsetCommitRequest(sm.group_id, sm.member_id, sm.epoch, offsets)
             coord = self.w.coordinator
-            self.w.network.call(self.slot, f"commit {sm.member_id}", lambda _: coord.commit(req), reply,
+            self.w.network.call(self.slot, f"commit {sm.member_id}", lambda: coord.commit(req), reply,
                                 retry, self.w.settings.request_timeout_ms)
 
         def reply(ack: Ack) -> None:

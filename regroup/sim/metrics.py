@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from regroup.protocol.shard import Shard
-from regroup.sim.workload import PartitionedLog
+from regroup.sim.workload import ProducedLog
 
 
 def slot_of(owner: str) -> str:
@@ -50,7 +50,7 @@ class _Span:
 class Recorder:
     """Active-processing spans per partition, hand-offs, and protocol events."""
 
-    log: PartitionedLog
+    log: ProducedLog
     spans: dict[Shard, list[_Span]] = field(default_factory=dict)
     handoffs: list[tuple[int, Shard, str, str]] = field(default_factory=list)
     stops: list[int] = field(default_factory=list)

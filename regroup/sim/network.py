@@ -119,11 +119,10 @@ class Network:
 
         self.engine.after(self.latency(), label, arrive)
 
-    def call(self, endpoint: str, label: str, handler: Callable[[bool], R | None],
+    def call(self, endpoint: str, label: str, handler: Callable[[], R | None],
              on_reply: Callable[[R], None], on_timeout: Callable[[], None], timeout_ms: int) -> None:
         """A request from ``endpoint`` answered by ``handler`` on the server.
 
-        ``handler(stale)`` is told whether its sender already gave up on the request (timed out).
         Exactly one of ``on_reply`` (the first answer to arrive) or ``on_timeout`` is called.
         """
         call = _Call()
@@ -153,7 +152,7 @@ class Network:
                     self.engine.trace(f"net: stale {label} delivered")
                 # Answers to one call share a connection: they arrive in order, the first one wins,
                 # and once one is lost the connection is gone and so are the ones after it.
-                after = self._answer(endpoint, label, handler(call.done), on_reply, call, after)
+                after = self._answer(endpoint, label, handler(), on_reply, call, after)
                 if after < 0:
                     break
 

@@ -24,7 +24,7 @@ from regroup.sim.member_node import MemberSettings
 from regroup.sim.metrics import Metrics, Recorder, Step, measure
 from regroup.sim.network import Network, NetworkConfig
 from regroup.sim.system import GroupSystem, PollModel, ProtocolKind
-from regroup.sim.workload import PartitionedLog
+from regroup.sim.workload import ProducedLog
 
 TOPIC = "orders"
 #: A settled group must stay settled this long before the run stops.
@@ -125,7 +125,7 @@ class RunResult:
     events: int
 
 
-def build(protocol: ProtocolKind, engine: Engine, rng: random.Random, log: PartitionedLog,
+def build(protocol: ProtocolKind, engine: Engine, rng: random.Random, log: ProducedLog,
           recorder: Recorder) -> GroupSystem:
     network = Network(engine, rng, NETWORK, faults_until=0)
     if protocol in (ProtocolKind.KIP848, ProtocolKind.REGROUP):
@@ -163,7 +163,7 @@ def run(scenario: Scenario, protocol: ProtocolKind, seed: int = 0) -> RunResult:
     started = time.perf_counter()
     rng = random.Random(f"{scenario.name}-{seed}")
     engine = Engine(verbose=False)
-    log = PartitionedLog()
+    log = ProducedLog()
     log.create(TOPIC, scenario.partitions, 0)
     recorder = Recorder(log)
     system = build(protocol, engine, rng, log, recorder)

@@ -15,7 +15,7 @@ from typing import Protocol
 
 from regroup.sim.engine import Engine
 from regroup.sim.metrics import Recorder
-from regroup.sim.workload import Cadence, PartitionedLog
+from regroup.sim.workload import Cadence, ProducedLog
 
 
 class ProtocolKind(Enum):
@@ -45,7 +45,7 @@ class PollModel:
 
 class GroupSystem(Protocol):
     engine: Engine
-    log: PartitionedLog
+    log: ProducedLog
     recorder: Recorder | None
 
     def add_member(self, slot: str, static: bool = False) -> None:

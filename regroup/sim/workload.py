@@ -1,7 +1,9 @@
 """What the simulated consumers consume, and how long their processing takes.
 
-* `PartitionedLog`: topics whose partitions' end offsets grow at a produce rate; a partition created at
-  ``c`` has ``floor(rate * (t - c))`` records at time ``t``. Topics can be created and grown.
+* `ProducedLog`: topics whose partitions' end offsets grow at a produce rate; a partition created at
+  ``c`` has ``floor(rate * (t - c))`` records at time ``t``. Topics can be created and grown. It models
+  only how far each partition has been produced, not records: the log that members read is
+  `regroup.log.base.PartitionedLog`, which the simulator does not need.
 * `Cadence`: a consumer's poll loop. Records are fetched at each *poll boundary* and processed until
   the next one; rebalance callbacks (revoke, assign) run only at a boundary, as in Kafka's consumers,
   where they run inside ``poll()``. Boundaries come every ``period`` ms from ``phase``; a *stall* is
@@ -21,7 +23,7 @@ from regroup.protocol.topics import TopicMetadata
 from regroup.sim.observers import ShardObserver
 
 
-class PartitionedLog:
+class ProducedLog:
     """Per-partition end offsets growing at a produce rate (records per second per partition)."""
 
     def __init__(self, rate_per_s: float = 20.0) -> None:
@@ -142,7 +144,7 @@ class _Work:
 class Processor:
     """One process's shards and the offsets it processed (owner = process identity)."""
 
-    def __init__(self, owner: str, log: PartitionedLog, cadence: Cadence, observer: ShardObserver) -> None:
+    def __init__(self, owner: str, log: ProducedLog, cadence: Cadence, observer: ShardObserver) -> None:
         self.owner = owner
         self.log = log
         self.cadence = cadence

@@ -15,7 +15,7 @@ from regroup.sim.metrics import Metrics
 from regroup.sim.network import Network
 from regroup.sim.scenarios import NETWORK, POLL, run, scenarios
 from regroup.sim.system import ProtocolKind
-from regroup.sim.workload import PartitionedLog
+from regroup.sim.workload import ProducedLog
 
 EAGER, COOP = ProtocolKind.CLASSIC_EAGER, ProtocolKind.CLASSIC_COOPERATIVE
 KIP848, REGROUP = ProtocolKind.KIP848, ProtocolKind.REGROUP
@@ -93,7 +93,7 @@ def test_rolling_restarts_static_move_nothing_dynamic_rebalance_twice_each() -> 
 @pytest.mark.parametrize("cooperative", [False, True])
 def test_the_classic_models_keep_single_ownership_and_exactly_once(cooperative: bool) -> None:
     engine, rng = Engine(), random.Random(3)
-    log = PartitionedLog()
+    log = ProducedLog()
     log.create("orders", 30, 0)
     checker = InvariantChecker()
     system = ClassicSystem(engine, rng, Network(engine, rng, NETWORK), log,

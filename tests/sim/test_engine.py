@@ -12,7 +12,7 @@ from regroup.protocol.shard import Shard
 from regroup.sim.engine import Engine, LivelockError
 from regroup.sim.invariants import InvariantChecker
 from regroup.sim.network import Network, NetworkConfig
-from regroup.sim.workload import Cadence, PartitionedLog, Processor
+from regroup.sim.workload import Cadence, Processor, ProducedLog
 
 
 def test_events_run_in_time_then_scheduling_order() -> None:
@@ -55,7 +55,7 @@ def test_calls_are_answered_once_or_time_out() -> None:
     applied = 0
     outcomes: list[str] = []
 
-    def handler(stale: bool) -> int:
+    def handler() -> int:
         nonlocal applied
         applied += 1
         return applied
@@ -74,8 +74,8 @@ def test_a_cut_member_hears_nothing() -> None:
     net = Network(e, random.Random(1), NetworkConfig())
     net.cut("m", 0, 5_000)
     got: list[int] = []
-    net.call("m", "req", lambda stale: 1, got.append, lambda: got.append(-1), 1_000)
-    e.at(6_000, "later", lambda: net.call("m", "req", lambda stale: 2, got.append, lambda: got.append(-2),
+    net.call("m", "req", lambda: 1, got.append, lambda: got.append(-1), 1_000)
+    e.at(6_000, "later", lambda: net.call("m", "req", lambda: 2, got.append, lambda: got.append(-2),
                                           1_000))
     e.run(10_000)
     assert got == [-1, 2]
@@ -92,7 +92,7 @@ def test_cadence_boundaries_and_stalls() -> None:
 
 
 def test_processor_counts_a_batch_once_it_is_done() -> None:
-    log = PartitionedLog(rate_per_s=1000)
+    log = ProducedLog(rate_per_s=1000)
     log.create("t", 1, 0)
     s = Shard("t", 0)
     checker = InvariantChecker()
