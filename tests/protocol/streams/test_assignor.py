@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from regroup.protocol.errors import ErrorCode, ProtocolError
-from regroup.protocol.streams.assignment import AssignmentConfig, MemberTasks
+from regroup.protocol.streams.assignment import AssignmentConfig, MemberTasks, TaskAssignor
 from regroup.protocol.streams.assignor import HighlyAvailableAssignor
 from regroup.protocol.streams.topology import TaskId
 from tests.protocol.streams.builders import (
@@ -27,8 +27,9 @@ CAUGHT_UP = 0
 COLD = 1_000_000  # far beyond the default acceptable recovery lag of 10,000
 
 
-def test_the_assignor_is_named_for_what_it_offers() -> None:
+def test_the_assignor_is_a_named_task_assignor_plugin() -> None:
     assert HighlyAvailableAssignor.name == "highly-available"
+    assert isinstance(HighlyAvailableAssignor(), TaskAssignor)
 
 
 # -- rules 1, 2: every task active once, balanced across members ---------------------------------
