@@ -4,7 +4,8 @@
 listens to the coordinator's nudge stream so that a hand-off takes a round trip instead of a heartbeat
 interval. The actions the machine produces (revoke, assign, lost, fatal) are queued; the owner — the
 `Consumer`'s poll loop, or the PySpark source at a micro-batch boundary — takes them when it is safe to
-act, and reports back with `revocation_done` / `assignment_done`. Nothing here decides anything.
+act, and reports back with `revocation_done` / `assignment_done`. Nothing here decides anything:
+`where_to_begin` does the I/O (committed offsets, the log's ends) for the member driver's rule.
 """
 
 from __future__ import annotations

@@ -11,8 +11,10 @@ done only at a batch boundary — when Spark asks for the next offset, the previ
 
 What to do with the coordinator's actions is the member driver's (`regroup.protocol.driver`), shared
 with `regroup.Consumer`; what a batch covers is the `Boundary`'s (`regroup.protocol.microbatch`). Both
-are pure: this class only does the I/O and keeps the one `Boundary` value, which only `plan` — Spark's
-``latestOffset`` — replaces.
+are pure: this class only does the I/O and keeps the one `Boundary` value. `plan` — Spark's
+``latestOffset`` — is where it changes; besides, Spark's late ``commit`` records what the coordinator
+accepted, and a query restarted from its checkpoint, whose first call replays a batch, takes its
+partitions in that first ``partitions()`` call.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from regroup.log.base import LogRecord
 from regroup.protocol.describe import GroupDescription
 from regroup.protocol.shard import Shard
 from regroup.rpc.client import CoordinatorClient
+from regroup.rpc.errors import CoordinatorUnavailable
 from tests.coordinator.server_proc import ServerProc, start_server
 
 TOPIC = "orders"
@@ -209,8 +210,17 @@ def cluster(tmp_path: Path, spark: Any) -> Iterator[Cluster]:
 
 
 def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    """Wait until ``cond()`` holds; ``timeout`` only guards against a hang. A call to the coordinator
+    that fails on a loaded machine (unavailable, or /metrics not answering) counts as "not yet"."""
     deadline = time.monotonic() + timeout
-    while not cond():
+    while not _holds(cond):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(0.1)
+
+
+def _holds(cond: Callable[[], bool]) -> bool:
+    try:
+        return cond()
+    except (CoordinatorUnavailable, OSError):  # URLError is an OSError
+        return False

@@ -45,13 +45,19 @@ def test_two_queries_split_the_partitions_and_a_third_joins_without_stopping_the
 
     # Keep producing while a third query joins: a and b must go on completing batches meanwhile
     # (no group-wide barrier). Each round of records waits for both a and b to complete a batch
-    # after it was produced; the rounds go on until the group is stable with three members.
+    # after it was produced; the rounds go on until the group is stable with three members. At
+    # every round, a and b still hold partitions: nothing is taken from everyone to be handed out
+    # again, as an eager rebalance would.
+    before = {m.member_id for m in c.describe().members}
     joined_at = time.monotonic()
     third = c.start("c")
     rounds = 0
     while rounds < 4 or not _stable(c, 3):
+        assert rounds < 60, "the third query never got its partitions"
         next_batches(c, (a, b), lambda: c.produce(300), "a and b to go on while the third joins")
         rounds += 1
+        held = _held(c, before)
+        assert held is None or all(held.values()), f"round {rounds}: a query held nothing: {held}"
     settled_at = time.monotonic()
     for _ in range(4):
         next_batches(c, (a, b, third), lambda: c.produce(300), "all three to complete batches")
@@ -80,6 +86,15 @@ def wait_all_committed(c: Cluster) -> None:
     per = collections.Counter(i % PARTITIONS for i in range(c.produced))
     ends = {p: per[p] for p in range(PARTITIONS)}
     wait_until(lambda: c.committed() == ends, 60, "every finished batch to be committed")
+
+
+def _held(c: Cluster, members: set[str]) -> dict[str, int] | None:
+    """How many partitions each of ``members`` holds now (None: the coordinator did not answer)."""
+    try:
+        d = c.describe()
+    except CoordinatorUnavailable:
+        return None
+    return {m.member_id: len(m.assigned | m.pending_revocation) for m in d.members if m.member_id in members}
 
 
 def _stable(c: Cluster, members: int) -> bool:
@@ -122,9 +137,11 @@ def test_query_stop_leaves_the_group_and_the_partitions_move(cluster: Cluster) -
     a, b = c.start("a"), c.start("b")
     c.wait_stable(2)
     assert_exactly_once(c)
+    fenced_before = c.metric("regroup_fenced_members_total")
     b.stop()
-    # The member left at once (not after the session timeout), and a now owns everything.
-    wait_until(lambda: len(c.describe().members) == 1, SESSION_MS / 1000 - 2, "b to leave")
+    # The member left (it was not fenced after its session timed out), and a now owns everything.
+    wait_until(lambda: len(c.describe().members) == 1, SESSION_MS / 1000 + 30, "b to leave")
+    assert c.metric("regroup_fenced_members_total") == fenced_before, "b was fenced instead of leaving"
     owners = c.wait_stable(1, timeout=20)
     assert len(next(iter(owners.values()))) == PARTITIONS
     c.produce(3_000)
