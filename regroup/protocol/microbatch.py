@@ -133,22 +133,25 @@ def plan_next(
     log_ends: Mapping[Shard, int],
     max_records: int | None,
     epoch: int,
+    unread: Collection[Shard] = frozenset(),
 ) -> BatchOffset:
     """The end offset of the next micro-batch, after the batch ending at ``finished``.
 
     ``owned`` are the shards the member may read now; ``beginnings`` gives where each newly owned
     shard begins (its committed offset) — it must cover every owned shard that ``finished`` does not
     carry, and for shards it does carry it wins when it is ahead (another owner went further while
-    this query did not own the shard). ``log_ends`` caps every shard (a shard missing there has no new
-    data). ``max_records`` (None: no limit) is spread over the shards with data, water-filling so
-    that no shard's share is wasted. The result equals ``finished`` exactly when there is nothing to
-    do, so that Spark runs no empty batch.
+    this query did not own the shard). ``unread`` are shards that ``finished`` carries but this query
+    did not read (a replay after a restart skipped them, not owning them then): where ``finished``
+    says they end means nothing, and a beginning always wins for them. ``log_ends`` caps every shard
+    (a shard missing there has no new data). ``max_records`` (None: no limit) is spread over the
+    shards with data, water-filling so that no shard's share is wasted. The result equals
+    ``finished`` exactly when there is nothing to do, so that Spark runs no empty batch.
     """
     owned_set = set(owned)
     base: dict[Shard, int] = {}
     starts: dict[Shard, int] = {}
     for s in sorted(owned_set):
-        prev = finished.ends.get(s)
+        prev = None if s in unread else finished.ends.get(s)
         begin = beginnings.get(s)
         if prev is None and begin is None:
             raise ValueError(f"plan_next: no position for newly owned shard {s}")
@@ -259,10 +262,13 @@ class Boundary:
        revoked shards, then `released`), and only offsets past the committed one are sent.
     4. A newly taken shard begins where the driver said (its committed offset, or per the reset
        policy); a shard taken back begins there only if that is further on than where this query's
-       finished batch left it (`plan`).
+       finished batch left it (`plan`) — unless that batch was replayed without it (rule 1): then it
+       left it nowhere, and the shard begins where the driver said (`replayed`).
     """
 
     holdings: Mapping[Shard, Holding] = field(default_factory=dict)
+    #: The end of a replayed batch and the shards it carried but skipped (rule 4), until the next plan.
+    skipped: tuple[BatchOffset, frozenset[Shard]] | None = None
 
     @property
     def owned(self) -> frozenset[Shard]:
@@ -283,7 +289,7 @@ class Boundary:
         for s, o in offsets.items():
             if s in held:
                 held[s] = replace(held[s], committed=o)
-        return Boundary(held)
+        return Boundary(held, self.skipped)
 
     def taken(self, starts: Mapping[Shard, int], committed: Mapping[Shard, int]) -> Boundary:
         """After an Assign: each shard of ``starts`` begins there, its floor too; ``committed`` are
@@ -291,12 +297,12 @@ class Boundary:
         held = dict(self.holdings)
         for s, at in starts.items():
             held[s] = Holding(floor=at, committed=committed.get(s), begin=at)
-        return Boundary(held)
+        return Boundary(held, self.skipped)
 
     def released(self, shards: Iterable[Shard]) -> Boundary:
         """After a Revoke (once committed) or a Lost (without committing)."""
         gone = frozenset(shards)
-        return Boundary({s: h for s, h in self.holdings.items() if s not in gone})
+        return Boundary({s: h for s, h in self.holdings.items() if s not in gone}, self.skipped)
 
     def plan(
         self, finished: BatchOffset, log_ends: Mapping[Shard, int], max_records: int | None, epoch: int
@@ -304,10 +310,19 @@ class Boundary:
         """The next batch's end offset after ``finished`` (see `plan_next`), and the boundary once
         that plan carries every shard's beginning."""
         beginnings = {s: h.begin for s, h in self.holdings.items() if h.begin is not None}
-        end = plan_next(finished, self.owned, beginnings, log_ends, max_records, epoch)
-        if not beginnings:
+        unread = self.skipped[1] if self.skipped is not None and self.skipped[0] == finished else frozenset()
+        end = plan_next(finished, self.owned, beginnings, log_ends, max_records, epoch, unread)
+        # Past this plan, the replayed batch is no longer the finished one: a skipped shard is either
+        # taken back now (and began where the driver said) or absent from the planned batch.
+        if not beginnings and self.skipped is None:
             return self, end
         return Boundary({s: replace(h, begin=None) for s, h in self.holdings.items()}), end
+
+    def replayed(self, start: BatchOffset, end: BatchOffset) -> Boundary:
+        """After a batch (start, end) was replayed from the checkpoint: remember the shards it
+        carried but skipped because this query does not own them (rule 4)."""
+        skipped = frozenset(end.ends) - self.owned
+        return Boundary(self.holdings, (end, skipped)) if skipped else self
 
     def ranges(self, start: BatchOffset, end: BatchOffset) -> list[ShardRange]:
         """What the planned (or replayed) batch (start, end) reads (see `batch_ranges`)."""

@@ -92,9 +92,11 @@ class QueryMember:
 
         Reads the boundary and changes nothing — except on the first call of a query restarted from
         its checkpoint, which replays a batch before asking for any offset: the member must then
-        first learn what it owns."""
+        first learn what it owns, and the boundary remembers which shards the replay skipped, so
+        that one taken back next does not begin where the skipped batch said it ends."""
         with self._lock:
             self._first_contact()
+            self.boundary = self.boundary.replayed(start, end)
             return self.boundary.ranges(start, end)
 
     def batch_committed(self, end: BatchOffset) -> None:

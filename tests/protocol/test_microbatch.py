@@ -186,6 +186,31 @@ def test_the_boundary_begins_a_taken_shard_once_and_keeps_its_floor() -> None:
     assert Boundary().taken({A: 6}, {A: 6}).ranges(BatchOffset(), end) == [ShardRange(A, 6, 10)]
 
 
+def test_a_shard_a_replay_skipped_and_taken_back_begins_at_its_committed_offset() -> None:
+    # A restarted query replays batch N (A up to 8, B up to 9) owning only B: A is skipped. Another
+    # owner read A from 3 and committed 5, then A comes back. Had the next batch started A at 8,
+    # where the skipped batch says it ends, records 5..7 would be read by nobody.
+    start, end_n = BatchOffset({A: 3, B: 4}), BatchOffset({A: 8, B: 9})
+    b = Boundary().taken({B: 4}, {B: 4})
+    b = b.replayed(start, end_n)
+    assert b.ranges(start, end_n) == [ShardRange(B, 4, 9)]
+    # A comes back at the first boundary after the replay.
+    b, nxt = b.taken({A: 5}, {A: 5}).plan(end_n, {A: 12, B: 9}, None, 4)
+    assert nxt.starts == {A: 5} and b.ranges(end_n, nxt) == [ShardRange(A, 5, 12)]
+    assert b.skipped is None
+    # Had it come back later, the batch planned in between no longer carries it: it begins at its
+    # committed offset anyway.
+    later, gap = Boundary().taken({B: 4}, {B: 4}).replayed(start, end_n).plan(end_n, {B: 9}, None, 3)
+    assert gap.ends == {B: 9} and later.skipped is None
+    _, back = later.taken({A: 5}, {A: 5}).plan(gap, {A: 12, B: 9}, None, 4)
+    assert back.starts == {A: 5}
+    # A shard the replay did read keeps going from the replayed batch's end (no duplicates).
+    read = Boundary().taken({A: 3, B: 4}, {A: 3, B: 4}).replayed(start, end_n)
+    assert read.skipped is None
+    _, after = read.plan(end_n, {A: 8, B: 9}, None, 3)
+    assert after.ends == {A: 8, B: 9} and after.starts == {}
+
+
 def test_the_boundary_commits_only_what_moved_and_forgets_released_shards() -> None:
     b = Boundary().taken({A: 4, B: 0}, {A: 4})
     done = BatchOffset({A: 4, B: 3, C: 9})
