@@ -193,12 +193,16 @@ def expected_records(c: Cluster) -> set[tuple[int, int]]:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, spark: Any) -> Iterator[Cluster]:
+def cluster(tmp_path: Path, spark: Any, request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """A coordinator process and an embedded log; the session timeout is SESSION_MS unless the test
+    is marked ``@pytest.mark.session_ms(N)``."""
+    marker = request.node.get_closest_marker("session_ms")
+    session_ms = int(marker.args[0]) if marker is not None else SESSION_MS
     log_dir = tmp_path / "log"
     log = open_log(str(log_dir))
     log.create_topic(TOPIC, PARTITIONS)
     log.close()
-    server = start_server(tmp_path / "coord", "--log", str(log_dir), "--session-timeout-ms", str(SESSION_MS),
+    server = start_server(tmp_path / "coord", "--log", str(log_dir), "--session-timeout-ms", str(session_ms),
                           "--heartbeat-interval-ms", "500", "--metrics-port", "0")
     c = Cluster(tmp_path, server, log_dir, spark)
     yield c
