@@ -136,10 +136,6 @@ class Outcome(Generic[R]):
     #: Things an operator should see in the log (e.g. a custom assignor that failed).
     notes: tuple[str, ...] = ()
 
-    @property
-    def fenced(self) -> tuple[MemberKey, ...]:
-        return tuple((f.group_id, f.member_id) for f in self.fences)
-
 
 @dataclass(frozen=True, slots=True)
 class DelegatedSpec:

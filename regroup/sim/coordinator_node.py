@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from regroup.coordinator.memory_store import MemoryStore
 from regroup.coordinator.runtime import Effects, Runtime
+from regroup.protocol.causes import Fence
 from regroup.protocol.config import CoordinatorConfig
 from regroup.protocol.coordinator import Coordinator, Outcome
 from regroup.protocol.messages import (
@@ -29,7 +30,6 @@ from regroup.protocol.messages import (
     OffsetFetchResponse,
 )
 from regroup.protocol.records import OffsetRecord
-from regroup.protocol.shard import ShardSet
 from regroup.protocol.timers import MemberKey
 from regroup.sim.engine import Engine
 from regroup.sim.invariants import InvariantChecker
@@ -40,8 +40,8 @@ R = TypeVar("R")
 
 #: Called with (group id, member id) for each member the core wants nudged.
 WakeHandler = Callable[[str, str], None]
-#: Called with (group id, member id, shards it was told to revoke or None) for each fenced member.
-FenceHandler = Callable[[str, str, ShardSet | None], None]
+#: Called with each fence: who, which deadline it missed, and what it was told to revoke.
+FenceHandler = Callable[[Fence], None]
 
 
 class CoordinatorNode:
@@ -157,7 +157,7 @@ class CoordinatorNode:
         for f in sorted(eff.fences, key=lambda f: (f.group_id, f.member_id)):
             self.engine.trace(f"coord: fenced {f.member_id} of {f.group_id} ({f.reason.value})")
             if self.on_fenced is not None:
-                self.on_fenced(f.group_id, f.member_id, f.revoking or None)
+                self.on_fenced(f)
         if self.on_wake is not None:
             for gid, mid in sorted(eff.nudges):
                 self.on_wake(gid, mid)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import random
 
+from regroup.protocol.causes import Fence
 from regroup.protocol.config import CoordinatorConfig
 from regroup.protocol.member import Revoke
 from regroup.protocol.records import MemberStatus
-from regroup.protocol.shard import ShardSet, format_shards
+from regroup.protocol.shard import format_shards
 from regroup.protocol.state import GroupState
 from regroup.sim.coordinator_node import CoordinatorNode
 from regroup.sim.engine import Engine
@@ -151,7 +152,8 @@ class Kip848System:
     def _register(self, member_id: str, member: SimMember) -> None:
         self._by_member_id[member_id] = member
 
-    def _fenced(self, group_id: str, member_id: str, revoking: ShardSet | None) -> None:
+    def _fenced(self, fence: Fence) -> None:
+        member_id, revoking = fence.member_id, fence.revoking
         m = self._by_member_id.get(member_id)
         if m is None or not m.alive or m.sm is None or m.sm.member_id != member_id:
             return
@@ -162,9 +164,9 @@ class Kip848System:
         target = m.sm.target
         if revoking and target is not None and not revoking.isdisjoint(target) \
                 and not isinstance(m.op, Revoke) and not self.network.is_cut(m.slot, now):
-            self.checker.fail(now, PROTOCOL,
-                              f"{member_id} was fenced by its revocation timeout, but it was never told "
-                              f"to revoke {format_shards(revoking & target)} (its target still has them)")
+            never_told = format_shards(revoking & target)
+            self.checker.fail(now, PROTOCOL, f"{member_id} was fenced ({fence.reason.value}) while revoking, "
+                              f"but it was never told to revoke {never_told} (its target still has them)")
 
     def _wake(self, group_id: str, member_id: str) -> None:
         m = self._by_member_id.get(member_id)

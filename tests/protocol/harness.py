@@ -58,3 +58,8 @@ class Harness:
 
     def group(self, gid: str = "g"):  # type: ignore[no-untyped-def]
         return self.coord.groups[gid]
+
+
+def fenced(out: Outcome[object]) -> list[tuple[str, str]]:
+    """The (group, member) of each member a step fenced."""
+    return [(f.group_id, f.member_id) for f in out.fences]

@@ -29,7 +29,7 @@ from regroup.protocol.member import Assign, MemberStateMachine
 from regroup.protocol.records import MemberStatus
 from regroup.protocol.shard import Shard
 from regroup.protocol.topics import TopicMetadata
-from tests.protocol.harness import Harness, shards
+from tests.protocol.harness import Harness, fenced, shards
 from tests.protocol.properties.driver import GroupMachine, RangeGroupMachine
 from tests.protocol.properties.group import CONFIG, GID, INTERVAL_MS
 
@@ -71,7 +71,7 @@ def test_recovery_keeps_static_member_away_until_its_session_expires() -> None:
     assert h.coord.next_deadline() == h.now + 45_000  # its revocation timer was disarmed
     h.coord = Coordinator.recover(h.log, h.now, CONFIG, topics=TopicMetadata(h.topics))
     assert h.coord.next_deadline() == h.now + 45_000, "recovery armed a timer the live coordinator had not"
-    assert h.advance(10_000).fenced == (), "the away member was fenced at its rebalance timeout"
+    assert fenced(h.advance(10_000)) == [], "the away member was fenced at its rebalance timeout"
 
 
 def test_second_revocation_gets_a_fresh_rebalance_timeout() -> None:
@@ -86,7 +86,7 @@ def test_second_revocation_gets_a_fresh_rebalance_timeout() -> None:
     assert r.assignment is not None
     h.ok(h.hb("a", 1, owned=r.assignment))  # a reports the revocation in time...
     assert h.group().current["a"].status is MemberStatus.UNREVOKED  # ...and must now revoke one more
-    assert h.advance(1_000).fenced == (), "fenced 1 s into its second revocation"
+    assert fenced(h.advance(1_000)) == [], "fenced 1 s into its second revocation"
     assert h.coord.next_deadline() == h.now + 9_000
 
 

@@ -508,7 +508,7 @@ class GroupMachine(RuleBasedStateMachine):
         if error is not ErrorCode.NONE:
             assert out.records == (), f"{kind} answered {error} but wrote records {out.records}"
         if expected_fenced is not None:
-            fenced = {mid for gid, mid in out.fenced if gid == GID}
+            fenced = {f.member_id for f in out.fences if f.group_id == GID}
             for mid in sorted(fenced):
                 event("fenced: session" if self.model.last_touch[mid] + SESSION_MS <= self.now
                       else "fenced: revocation timeout")
@@ -518,7 +518,7 @@ class GroupMachine(RuleBasedStateMachine):
                 f"{ {m: self.model.last_touch.get(m) for m in sorted(pre.members)} } / "
                 f"{self.model.unrevoked_since})")
         else:
-            assert out.fenced == (), f"{kind} fenced members: {out.fenced}"
+            assert out.fences == (), f"{kind} fenced members: {out.fences}"
         if kind == "heartbeat":
             assert req is not None
             checks.assert_heartbeat_answer(pre, post, out.response, req, self.model.subs)

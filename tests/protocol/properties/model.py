@@ -111,7 +111,7 @@ class Membership:
                       old: Mapping[str, int] | None, new: Mapping[str, int] | None) -> tuple[int, str]:
         """How far the group epoch must move in this call, and why."""
         if kind == "expire":
-            return len(out.fenced), f"{len(out.fenced)} member(s) fenced"
+            return len(out.fences), f"{len(out.fences)} member(s) fenced"
         if kind == "topics":
             assert old is not None and new is not None
             if not pre.members:
@@ -152,7 +152,7 @@ class Membership:
                now: int) -> None:
         """Learn from one coordinator call."""
         if kind == "expire":
-            for _, mid in out.fenced:
+            for mid in (f.member_id for f in out.fences):
                 self.forget(mid)
         elif kind == "heartbeat" and out.response.error is ErrorCode.NONE:
             assert req is not None
