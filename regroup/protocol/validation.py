@@ -117,6 +117,8 @@ def validate_reset(req: OffsetResetRequest, cfg: CoordinatorConfig) -> None:
 def validate_fetch(req: OffsetFetchRequest, cfg: CoordinatorConfig) -> None:
     check_id("group_id", req.group_id, cfg)
     check_id("member_id", req.member_id, cfg, allow_empty=True)
+    if not isinstance(req.member_epoch, int) or isinstance(req.member_epoch, bool):
+        raise invalid("member_epoch must be an integer")
     if req.shards is not None:
         check_shards("shards", req.shards, cfg, cfg.max_owned_shards)
 
@@ -140,6 +142,8 @@ def _check_offsets(offsets: Mapping[Shard, int], metadata: str, cfg: Coordinator
     for shard, offset in offsets.items():
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
             raise invalid(f"offset for {shard} must be a non-negative integer, got {offset!r}")
+    if not isinstance(metadata, str):
+        raise invalid(f"offset metadata must be a string, got {type(metadata).__name__}")
     if len(metadata) > cfg.max_offset_metadata_length:
         raise invalid(f"offset metadata is {len(metadata)} characters; the limit is "
                       f"{cfg.max_offset_metadata_length}")

@@ -71,6 +71,11 @@ def test_invalid_commits() -> None:
     assert commit(h, "a", 1, {T0: -1}) is ErrorCode.INVALID_REQUEST
     out = h.coord.commit_offsets(OffsetCommitRequest("g", "a", 1, {T0: 1}, metadata="x" * 5000), h.now)
     assert out.response.error is ErrorCode.INVALID_REQUEST and "metadata" in out.response.message
+    # An in-process caller's wrong types get an answer naming the field, not an exception.
+    out = h.coord.commit_offsets(OffsetCommitRequest("g", "a", 1, {T0: 1}, metadata=None), h.now)  # type: ignore[arg-type]
+    assert out.response.error is ErrorCode.INVALID_REQUEST and "metadata" in out.response.message
+    fetched = h.coord.fetch_offsets(OffsetFetchRequest("g", "", "1", None))  # type: ignore[arg-type]
+    assert fetched.error is ErrorCode.INVALID_REQUEST and "member_epoch" in fetched.message
 
 
 def test_admin_only_on_empty_group_and_may_rewind() -> None:
