@@ -87,8 +87,29 @@ class RegexResolved:
     topics: frozenset[str]
 
 
+@dataclass(frozen=True, slots=True)
+class TopologyChanged:
+    """A streams-group member sent a topology that differs from the group's: it becomes the group's."""
+
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class WarmupCaughtUp:
+    """A warm-up copy of a streams task reported a lag within the acceptable recovery lag.
+
+    The task can now move to it without downtime, so the target is recomputed at once rather than
+    at the next probing rebalance (KIP-441 waits for one).
+    """
+
+    member_id: str
+    #: The task in Kafka's spelling (``subtopology_partition``).
+    task: str
+    lag: int
+
+
 BumpCause = (MemberJoined | MemberLeft | MemberFenced | SubscriptionChanged | StaticTakeOver
-             | SubscribedTopicsChanged | RegexResolved)
+             | SubscribedTopicsChanged | RegexResolved | TopologyChanged | WarmupCaughtUp)
 
 
 # ------------------------------------------------------------------------ epoch events of a step
@@ -141,4 +162,8 @@ def describe_cause(cause: BumpCause) -> str:
         shown = ", ".join(f"{t}={n}" for t, n in items[:3])
         more = f", +{len(items) - 3} more" if len(items) > 3 else ""
         return f"subscribed topics now {shown or 'none'}{more}"
+    if isinstance(cause, TopologyChanged):
+        return f"member {cause.member_id} sent a new topology"
+    if isinstance(cause, WarmupCaughtUp):
+        return f"warm-up of task {cause.task} on member {cause.member_id} caught up (lag {cause.lag})"
     return f"regex {cause.regex!r} now matches {len(cause.topics)} topic(s)"

@@ -1,0 +1,556 @@
+"""Streams groups as a pure state machine, beside the consumer groups of `regroup.protocol.coordinator`.
+
+Same contract as the consumer-group `Coordinator`: every method that may change state takes the
+time (ms) and returns an `Outcome` (the response, the records to make durable before releasing it,
+the members to nudge, why epochs moved and who was fenced); `next_deadline()` says when to call
+`expire(now)`. Committed offsets are not kept here: they are read through the `CommittedOffsets`
+callable given at construction (the integration hands it the consumer-group offsets store).
+
+Rules the methods keep:
+
+1. The group epoch moves when a member joins, leaves or is fenced, when the topology or its source
+   topics' partition counts change, when a static member comes back from another process, and when
+   a heartbeat reports a warm-up (or a lagging standby) caught up — promotion by event, not by a
+   probing timer. Nothing else bumps it: in particular, lag reports alone do not.
+2. The target is recomputed right away whenever the group epoch is ahead of it, with the
+   `HighlyAvailableAssignor` over the lags the members last reported (`lags`), and checked with
+   `validate_task_assignment`. A topology that cannot run on the topics (not ready) gets an empty
+   target: nothing is assigned, and every response says why.
+3. Each member then moves toward its target on its own heartbeats (`reconcile`): revoke, then the
+   new epoch, then what is free. No barrier.
+4. A heartbeat that fails a check changes nothing, not even the soft lag state: a zombie's report
+   is fenced by its epoch like everything else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TypeVar, cast
+
+from regroup.protocol.causes import (
+    BumpCause,
+    EpochEvent,
+    Fence,
+    FenceReason,
+    GroupCreated,
+    GroupEpochBumped,
+    MemberFenced,
+    MemberJoined,
+    MemberLeft,
+    StaticTakeOver,
+    SubscribedTopicsChanged,
+    TargetInstalled,
+    TopologyChanged,
+    WarmupCaughtUp,
+)
+from regroup.protocol.config import CoordinatorConfig
+from regroup.protocol.coordinator import Outcome
+from regroup.protocol.errors import ErrorCode, ProtocolError
+from regroup.protocol.messages import JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAVE_EPOCH
+from regroup.protocol.records import Record
+from regroup.protocol.streams.assignment import (
+    NO_TASKS,
+    AssignmentConfig,
+    MemberTasks,
+    ProcessSpec,
+    TaskAssignmentSpec,
+    validate_task_assignment,
+)
+from regroup.protocol.streams.assignor import HighlyAvailableAssignor
+from regroup.protocol.streams.describe import StreamsGroupDescription, describe
+from regroup.protocol.streams.fencing import check_epoch, check_instance, static_predecessor, validate
+from regroup.protocol.streams.lags import CommittedOffsets, LagBook, ProcessLags, no_offsets
+from regroup.protocol.streams.messages import (
+    GroupStatus,
+    StreamsHeartbeatRequest,
+    StreamsHeartbeatResponse,
+)
+from regroup.protocol.streams.reconcile import reconcile
+from regroup.protocol.streams.records import (
+    MemberStatus,
+    SourceTopicsRecord,
+    StreamsCurrent,
+    StreamsCurrentRecord,
+    StreamsEpochRecord,
+    StreamsMember,
+    StreamsMemberRecord,
+    StreamsRecord,
+    StreamsTargetEpochRecord,
+    StreamsTargetRecord,
+    TopologyRecord,
+)
+from regroup.protocol.streams.state import StreamsGroup, apply, held
+from regroup.protocol.streams.topology import TaskId, TopologyReady, configure
+from regroup.protocol.timers import DueTimer, MemberKey, TimerKind, Timers
+from regroup.protocol.topics import TopicMetadata
+
+__all__ = ["StreamsConfig", "StreamsGroups"]
+
+T = TypeVar("T")
+_ASSIGNOR = HighlyAvailableAssignor()
+
+
+@dataclass(frozen=True, slots=True)
+class StreamsConfig:
+    """A streams group's settings (defaults: Kafka Streams' KIP-441 defaults)."""
+
+    standby_replicas: int = 0
+    acceptable_recovery_lag: int = 10_000
+    max_warmups: int = 2
+
+    def __post_init__(self) -> None:
+        self.assignment()  # the same checks
+
+    def assignment(self) -> AssignmentConfig:
+        return AssignmentConfig(self.standby_replicas, self.acceptable_recovery_lag, self.max_warmups)
+
+
+def _as_records(records: list[StreamsRecord]) -> tuple[Record, ...]:
+    # `Outcome.records` is typed with the consumer-group records only. The integration into the
+    # one coordinator widens that union with `StreamsRecord`; until then the shells never see these.
+    return cast(tuple[Record, ...], tuple(records))
+
+
+@dataclass
+class _Changes:
+    """Records emitted by one step, applied as they are emitted so later decisions see them."""
+
+    groups: dict[str, StreamsGroup]
+    records: list[StreamsRecord] = field(default_factory=list)
+    wake: set[MemberKey] = field(default_factory=set)
+    fences: list[Fence] = field(default_factory=list)
+    events: list[EpochEvent] = field(default_factory=list)
+    departed: list[MemberKey] = field(default_factory=list)
+    pending: list[BumpCause] = field(default_factory=list)
+
+    def emit(self, record: StreamsRecord) -> None:
+        apply(self.groups, record)
+        self.records.append(record)
+
+    def bump(self, group: StreamsGroup, *causes: BumpCause) -> None:
+        epoch = group.epoch + 1
+        self.emit(StreamsEpochRecord(group.group_id, epoch))
+        self.events.append(GroupEpochBumped(group.group_id, epoch, (*self.pending, *causes)))
+        self.pending.clear()
+
+    def outcome(self, response: T) -> Outcome[T]:
+        return Outcome(response, _as_records(self.records), frozenset(self.wake), tuple(self.fences),
+                       tuple(self.events), tuple(self.departed))
+
+
+class StreamsGroups:
+    """Every streams group of one coordinator, their timers, and the lags their members report."""
+
+    def __init__(self, config: StreamsConfig | None = None, topics: TopicMetadata | None = None,
+                 offsets: CommittedOffsets = no_offsets,
+                 coordinator: CoordinatorConfig | None = None,
+                 group_configs: Mapping[str, StreamsConfig] | None = None) -> None:
+        self.config = config or StreamsConfig()
+        self.group_configs = dict(group_configs or {})
+        self.topics = topics or TopicMetadata()
+        self.offsets = offsets
+        self.limits = coordinator or CoordinatorConfig()
+        self.groups: dict[str, StreamsGroup] = {}
+        self.lags: dict[str, LagBook] = {}
+        self.timers = Timers()
+
+    def config_for(self, group_id: str) -> StreamsConfig:
+        return self.group_configs.get(group_id, self.config)
+
+    # ---------------------------------------------------------------- recovery and snapshots
+    def recover(self, records: Iterable[StreamsRecord], now: int) -> None:
+        """Rebuild from durable records (replacing any state) and re-arm every timer as of ``now``.
+
+        Members get a full session from ``now``; members still revoking a full revocation timeout.
+        Lags start unknown (`lags` rule 1).
+        """
+        self.groups = {}
+        self.lags = {}
+        self.timers = Timers()
+        for r in records:
+            apply(self.groups, r)
+        for gid, group in sorted(self.groups.items()):
+            for mid in sorted(group.members):
+                self._touch(gid, mid, now)
+                cur = group.current[mid]
+                if cur.status is MemberStatus.UNREVOKED and cur.epoch != STATIC_LEAVE_EPOCH:
+                    self.timers.arm(TimerKind.REVOCATION, gid, mid,
+                                    now + group.members[mid].rebalance_timeout_ms, cur.epoch)
+
+    def snapshot(self) -> list[StreamsRecord]:
+        """The shortest record list that rebuilds the durable state."""
+        out: list[StreamsRecord] = []
+        for gid, g in sorted(self.groups.items()):
+            out.append(StreamsEpochRecord(gid, g.epoch))
+            if g.topology is not None:
+                out.append(TopologyRecord(gid, g.topology))
+            out.append(SourceTopicsRecord(gid, dict(g.source_topics)))
+            out.extend(StreamsMemberRecord(gid, mid, m) for mid, m in sorted(g.members.items()))
+            out.extend(StreamsTargetRecord(gid, mid, t) for mid, t in sorted(g.target.items()))
+            out.append(StreamsTargetEpochRecord(gid, g.target_epoch))
+            out.extend(StreamsCurrentRecord(gid, mid, c) for mid, c in sorted(g.current.items()))
+        return out
+
+    # ---------------------------------------------------------------- heartbeat
+    def heartbeat(self, req: StreamsHeartbeatRequest, now: int) -> Outcome[StreamsHeartbeatResponse]:
+        """The one door for a streams member: join, heartbeat, leave (-1) or step out (-2)."""
+        try:
+            validate(req, self.limits)
+            if req.member_epoch == LEAVE_EPOCH:
+                return self._leave(req, now)
+            if req.member_epoch == STATIC_LEAVE_EPOCH:
+                return self._static_leave(req, now)
+            return self._heartbeat(req, now)
+        except ProtocolError as e:
+            return Outcome(StreamsHeartbeatResponse(e.code, e.message, req.member_id, req.member_epoch,
+                                                    self.limits.heartbeat_interval_ms))
+
+    def _heartbeat(self, req: StreamsHeartbeatRequest, now: int) -> Outcome[StreamsHeartbeatResponse]:
+        gid, mid = req.group_id, req.member_id
+        joining = req.member_epoch == JOIN_EPOCH
+        group = self.groups.get(gid)
+        meta = group.members.get(mid) if group is not None else None
+        predecessor: str | None = None
+        # --- checks: nothing below raises once the first record is emitted ---
+        if group is None:
+            if not joining:
+                raise ProtocolError(ErrorCode.GROUP_ID_NOT_FOUND,
+                                    f"streams group {gid!r} does not exist; join it with member_epoch 0")
+        else:
+            check_instance(group, req, meta, joining)
+            if joining:
+                predecessor = static_predecessor(group, req)
+                if meta is None and predecessor is None \
+                        and len(group.members) >= self.limits.max_group_size:
+                    raise ProtocolError(ErrorCode.GROUP_MAX_SIZE_REACHED,
+                                        f"streams group {gid!r} already has {len(group.members)} members")
+            elif meta is None:
+                raise ProtocolError(
+                    ErrorCode.UNKNOWN_MEMBER_ID,
+                    f"member {mid!r} is not in streams group {gid!r} (it left, or was fenced after its "
+                    "session timed out); drop its tasks and rejoin with epoch 0")
+            else:
+                check_epoch(group, req, group.current[mid])
+        if (group is None or group.topology is None) and req.topology is None:
+            raise ProtocolError(ErrorCode.INVALID_REQUEST,
+                                f"the first member of streams group {gid!r} must send the topology")
+        base = meta if meta is not None else (
+            group.members[predecessor] if group is not None and predecessor is not None else None)
+        if req.process_id is None and base is None:
+            raise ProtocolError(ErrorCode.INVALID_REQUEST, "a joining member must send its process id")
+        if meta is not None and req.process_id is not None and req.process_id != meta.process_id:
+            raise ProtocolError(ErrorCode.INVALID_REQUEST,
+                                f"member {mid!r} runs in process {meta.process_id!r}; a member cannot "
+                                "change process, join with a new member id")
+        new_meta = self._merged(base, req)
+
+        # --- changes ---
+        ch = _Changes(self.groups)
+        if group is None:
+            ch.emit(StreamsEpochRecord(gid, 0))
+            ch.events.append(GroupCreated(gid))
+            group = self.groups[gid]
+            self.lags[gid] = LagBook()
+        book = self.lags.setdefault(gid, LagBook())
+        bump = False
+        if predecessor is not None:
+            assert base is not None
+            self._take_over(ch, group, predecessor, mid, new_meta)
+            if base.process_id != new_meta.process_id and req.instance_id is not None:
+                ch.pending.append(StaticTakeOver(req.instance_id, predecessor, mid))
+                bump = True
+        elif meta is None:
+            ch.emit(StreamsMemberRecord(gid, mid, new_meta))
+            ch.emit(StreamsCurrentRecord(gid, mid, StreamsCurrent(0, LEAVE_EPOCH, MemberStatus.STABLE,
+                                                                  NO_TASKS, NO_TASKS)))
+            ch.pending.append(MemberJoined(mid))
+            bump = True
+        else:
+            if new_meta != meta:
+                ch.emit(StreamsMemberRecord(gid, mid, new_meta))
+            cur = group.current[mid]
+            if cur.epoch == STATIC_LEAVE_EPOCH:  # the same static member is back under its own id
+                ch.emit(StreamsCurrentRecord(gid, mid, _returned(cur)))
+        if req.topology is not None and req.topology != group.topology:
+            # The latest topology sent wins (KIP-1071 orders them by a topology epoch; regroup
+            # does not have one yet, so members of a rolling upgrade should send it once).
+            if group.topology is not None:
+                ch.pending.append(TopologyChanged(mid))
+            ch.emit(TopologyRecord(gid, req.topology))
+            bump = True
+        if joining:
+            book.forget(mid)
+        if req.task_offsets is not None:
+            book.report(mid, req.task_offsets)
+        bump = self._source_topics_changed(ch, group) or bump
+        caught = self._caught_up(group, mid, book)
+        if caught:
+            ch.pending.extend(caught)
+            bump = True
+        if bump:
+            ch.bump(group)
+        self._maybe_update_target(ch, group)
+
+        cur = group.current[mid]
+        owned = req.owned
+        if joining and meta is not None and cur.epoch > 0:
+            owned = None  # a retried or stale join: its "owns nothing" releases nothing
+        nxt = reconcile(cur, group.target_epoch, group.member_target(mid), owned,
+                        _blocker(group, mid))
+        if nxt is not cur:
+            ch.emit(StreamsCurrentRecord(gid, mid, nxt))
+            self._wake_waiters(ch, group, _released(held(cur), held(nxt)))
+        self._arm_revocation(group, mid, cur, nxt, now)
+        self._touch(gid, mid, now)
+
+        full = req.owned is not None and req.rebalance_timeout_ms is not None and req.process_id is not None
+        send = joining or full or nxt.assigned != cur.assigned or (
+            req.owned is not None and req.owned != nxt.assigned)
+        return ch.outcome(StreamsHeartbeatResponse(
+            ErrorCode.NONE, "", mid, nxt.epoch, self.limits.heartbeat_interval_ms,
+            nxt.assigned if send else None, self._status(group)))
+
+    def _merged(self, base: StreamsMember | None, req: StreamsHeartbeatRequest) -> StreamsMember:
+        timeout = req.rebalance_timeout_ms if req.rebalance_timeout_ms is not None else (
+            base.rebalance_timeout_ms if base else self.limits.max_rebalance_timeout_ms)
+        process = req.process_id if req.process_id is not None else (base.process_id if base else "")
+        instance = req.instance_id if req.instance_id is not None else (base.instance_id if base else None)
+        return StreamsMember(instance, process, min(timeout, self.limits.max_rebalance_timeout_ms))
+
+    def _take_over(self, ch: _Changes, group: StreamsGroup, old: str, new: str,
+                   meta: StreamsMember) -> None:
+        """A static member back under a new member id inherits everything; nothing moves."""
+        gid = group.group_id
+        old_cur = group.current[old]
+        old_target = group.target.get(old)
+        self._drop_member(ch, group, old)
+        ch.emit(StreamsMemberRecord(gid, new, meta))
+        if old_target is not None:
+            ch.emit(StreamsTargetRecord(gid, new, old_target))
+        ch.emit(StreamsCurrentRecord(gid, new, _returned(old_cur)))
+
+    def _caught_up(self, group: StreamsGroup, mid: str, book: LagBook) -> list[BumpCause]:
+        """Warm-ups (and standbys seen lagging) of this member that its report shows caught up."""
+        target = group.member_target(mid)
+        if group.epoch > group.target_epoch or (not target.warmup and not target.standby):
+            return []
+        limit = self.config_for(group.group_id).acceptable_recovery_lag
+        pid = group.members[mid].process_id
+        lags = book.process_lags(group, self.offsets).get(pid, {})
+        out: list[BumpCause] = []
+        for task in sorted(target.warmup | target.standby):
+            lag = lags.get(task)
+            if lag is None or lag > limit:
+                continue
+            seen = book.seen.get((pid, task))
+            if seen is not None and seen <= limit:
+                continue  # the target already counted on it
+            if seen is None and task not in target.warmup:
+                continue  # a standby's first report after a restart is no news
+            out.append(WarmupCaughtUp(mid, str(task), lag))
+        return out
+
+    # ---------------------------------------------------------------- leaving
+    def _leave(self, req: StreamsHeartbeatRequest, now: int) -> Outcome[StreamsHeartbeatResponse]:
+        group = self._known_member(req)
+        ch = _Changes(self.groups)
+        self._remove(ch, group, req.member_id, MemberLeft(req.member_id))
+        return ch.outcome(StreamsHeartbeatResponse(ErrorCode.NONE, "", req.member_id, LEAVE_EPOCH,
+                                                   self.limits.heartbeat_interval_ms))
+
+    def _static_leave(self, req: StreamsHeartbeatRequest, now: int) -> Outcome[StreamsHeartbeatResponse]:
+        """A static member steps out for a while: it keeps its tasks until its session times out."""
+        group = self._known_member(req)
+        cur = group.current[req.member_id]
+        ch = _Changes(self.groups)
+        if cur.epoch != STATIC_LEAVE_EPOCH:
+            away = StreamsCurrent(STATIC_LEAVE_EPOCH, cur.epoch, cur.status, cur.assigned,
+                                  cur.pending_revocation)
+            ch.emit(StreamsCurrentRecord(group.group_id, req.member_id, away))
+        self.timers.disarm(TimerKind.REVOCATION, group.group_id, req.member_id)
+        self._touch(group.group_id, req.member_id, now)
+        return ch.outcome(StreamsHeartbeatResponse(ErrorCode.NONE, "", req.member_id, STATIC_LEAVE_EPOCH,
+                                                   self.limits.heartbeat_interval_ms))
+
+    def _known_member(self, req: StreamsHeartbeatRequest) -> StreamsGroup:
+        group = self.groups.get(req.group_id)
+        if group is None:
+            raise ProtocolError(ErrorCode.GROUP_ID_NOT_FOUND,
+                                f"streams group {req.group_id!r} does not exist")
+        meta = group.members.get(req.member_id)
+        if meta is None:
+            raise ProtocolError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                f"member {req.member_id!r} is not in streams group {req.group_id!r}; "
+                                "nothing to leave")
+        check_instance(group, req, meta)
+        return group
+
+    def _remove(self, ch: _Changes, group: StreamsGroup, mid: str, cause: MemberLeft | MemberFenced) -> None:
+        """Take a member out for good (leave or fence): bump, free its tasks, new target."""
+        h = held(group.current[mid])
+        released = h.active | h.standby | h.warmup
+        self._drop_member(ch, group, mid)
+        ch.pending.append(cause)
+        self._source_topics_changed(ch, group)
+        ch.bump(group)
+        self._maybe_update_target(ch, group)
+        self._wake_waiters(ch, group, released)
+
+    def _drop_member(self, ch: _Changes, group: StreamsGroup, mid: str) -> None:
+        gid = group.group_id
+        ch.emit(StreamsCurrentRecord(gid, mid, None))
+        if mid in group.target:
+            ch.emit(StreamsTargetRecord(gid, mid, None))
+        ch.emit(StreamsMemberRecord(gid, mid, None))
+        ch.departed.append((gid, mid))
+        self.timers.forget_member(gid, mid)
+        self.lags.setdefault(gid, LagBook()).forget(mid)
+
+    # ---------------------------------------------------------------- topology and target
+    def _source_topics_changed(self, ch: _Changes, group: StreamsGroup) -> bool:
+        """Record the source topics' partition counts when they changed (the caller bumps)."""
+        if group.topology is None:
+            return False
+        counts = {t: self.topics[t] for t in sorted(group.topology.source_topics) if t in self.topics}
+        if counts == group.source_topics:
+            return False
+        ch.emit(SourceTopicsRecord(group.group_id, counts))
+        ch.pending.append(SubscribedTopicsChanged(counts))
+        return True
+
+    def _status(self, group: StreamsGroup) -> GroupStatus:
+        if group.topology is None:
+            return GroupStatus(False, ("the group has no topology yet",))
+        configured = configure(group.topology, TopicMetadata(group.source_topics))
+        if isinstance(configured, TopologyReady):
+            return GroupStatus()
+        return GroupStatus(False, configured.reasons)
+
+    def _maybe_update_target(self, ch: _Changes, group: StreamsGroup) -> None:
+        if group.epoch <= group.target_epoch or not group.members:
+            return
+        gid = group.group_id
+        configured = configure(group.topology, TopicMetadata(group.source_topics)) \
+            if group.topology is not None else None
+        book = self.lags.setdefault(gid, LagBook())
+        if not isinstance(configured, TopologyReady):
+            target = {mid: NO_TASKS for mid in group.members}
+        else:
+            lags = book.process_lags(group, self.offsets)
+            spec = _spec(group, frozenset(configured.tasks), lags,
+                         self.config_for(gid).assignment())
+            target = validate_task_assignment(spec, _ASSIGNOR.assign(spec))
+            book.remember(lags)
+        changed = 0
+        for mid in sorted(group.members):
+            tasks = target.get(mid, NO_TASKS)
+            if group.target.get(mid) != tasks:
+                ch.emit(StreamsTargetRecord(gid, mid, tasks))
+                ch.wake.add((gid, mid))
+                changed += 1
+        ch.emit(StreamsTargetEpochRecord(gid, group.epoch))
+        ch.events.append(TargetInstalled(gid, group.epoch, _ASSIGNOR.name, changed))
+
+    def _wake_waiters(self, ch: _Changes, group: StreamsGroup, released: frozenset[TaskId]) -> None:
+        if not released:
+            return
+        for mid, c in group.current.items():
+            if c.status is MemberStatus.UNRELEASED:
+                t = group.member_target(mid)
+                if not released.isdisjoint(t.active | t.standby | t.warmup):
+                    ch.wake.add((group.group_id, mid))
+
+    def update_topics(self, topics: TopicMetadata, now: int) -> Outcome[None]:
+        """New topic metadata: groups whose source topics changed get a new epoch and target."""
+        self.topics = topics
+        ch = _Changes(self.groups)
+        for _, group in sorted(self.groups.items()):
+            if group.members and self._source_topics_changed(ch, group):
+                ch.bump(group)
+                self._maybe_update_target(ch, group)
+        return ch.outcome(None)
+
+    # ---------------------------------------------------------------- timers
+    def next_deadline(self) -> int | None:
+        return self.timers.next_deadline()
+
+    def expire(self, now: int) -> Outcome[None]:
+        """Fence members whose session or revocation timed out."""
+        ch = _Changes(self.groups)
+        for due in self.timers.pop_due(now):
+            self._fire(ch, due)
+        return ch.outcome(None)
+
+    def _fire(self, ch: _Changes, due: DueTimer) -> None:
+        group = self.groups.get(due.group_id)
+        cur = group.current.get(due.member_id) if group is not None else None
+        if group is None or cur is None:
+            return
+        if due.kind is TimerKind.REVOCATION:
+            if not (cur.status is MemberStatus.UNREVOKED and cur.epoch == due.epoch):
+                return
+            reason = FenceReason.REVOCATION_TIMEOUT
+        elif due.kind is TimerKind.SESSION:
+            reason = FenceReason.SESSION_TIMEOUT
+        else:
+            return
+        ch.fences.append(Fence(group.group_id, due.member_id, reason))
+        self._remove(ch, group, due.member_id, MemberFenced(due.member_id, reason))
+
+    def _arm_revocation(self, group: StreamsGroup, mid: str, cur: StreamsCurrent, nxt: StreamsCurrent,
+                        now: int) -> None:
+        gid = group.group_id
+        if nxt.status is MemberStatus.UNREVOKED:
+            if cur.status is not MemberStatus.UNREVOKED or nxt.pending_revocation != cur.pending_revocation \
+                    or not self.timers.is_armed(TimerKind.REVOCATION, gid, mid):
+                self.timers.arm(TimerKind.REVOCATION, gid, mid,
+                                now + group.members[mid].rebalance_timeout_ms, nxt.epoch)
+        elif cur.status is MemberStatus.UNREVOKED:
+            self.timers.disarm(TimerKind.REVOCATION, gid, mid)
+
+    def _touch(self, gid: str, mid: str, now: int) -> None:
+        self.timers.touch_session(gid, mid, now + self.limits.session_timeout_ms)
+
+    # ---------------------------------------------------------------- reading
+    def describe_group(self, group_id: str) -> StreamsGroupDescription:
+        group = self.groups.get(group_id)
+        if group is None:
+            raise ProtocolError(ErrorCode.GROUP_ID_NOT_FOUND, f"streams group {group_id!r} does not exist")
+        book = self.lags.get(group_id, LagBook())
+        return describe(group, self._status(group), book.process_lags(group, self.offsets),
+                        self.config_for(group_id).acceptable_recovery_lag)
+
+
+def _spec(group: StreamsGroup, tasks: frozenset[TaskId], lags: ProcessLags,
+          config: AssignmentConfig) -> TaskAssignmentSpec:
+    members: dict[str, dict[str, MemberTasks]] = {}
+    for mid, m in sorted(group.members.items()):
+        members.setdefault(m.process_id, {})[mid] = group.member_target(mid)
+    processes = {pid: ProcessSpec(pid, ms, {t: lag for t, lag in lags.get(pid, {}).items() if t in tasks})
+                 for pid, ms in members.items()}
+    return TaskAssignmentSpec(tasks, processes, config)
+
+
+def _blocker(group: StreamsGroup, mid: str) -> Callable[[TaskId, str], bool]:
+    pid = group.members[mid].process_id
+
+    def blocked(task: TaskId, role: str) -> bool:
+        if role == "active":
+            holder = group.active_holder.get(task)
+            if holder is not None and holder != mid:
+                return True
+        return group.held_on_process(task, pid, besides=mid)
+
+    return blocked
+
+
+def _released(before: MemberTasks, after: MemberTasks) -> frozenset[TaskId]:
+    """Tasks that ``before`` held in some role and ``after`` no longer holds in it."""
+    return (before.active - after.active) | (before.standby - after.standby) | (before.warmup - after.warmup)
+
+
+def _returned(away: StreamsCurrent) -> StreamsCurrent:
+    """A static member back from a temporary leave resumes at the epoch it had when it stepped out."""
+    epoch = away.previous_epoch if away.epoch == STATIC_LEAVE_EPOCH else away.epoch
+    return StreamsCurrent(epoch, epoch, away.status, away.assigned, away.pending_revocation)

@@ -1,0 +1,116 @@
+"""Who may heartbeat as whom in a streams group: request checks, epoch fencing, static identities.
+
+Pure checks that raise `ProtocolError` before the coordinator changes anything; the rules are the
+consumer groups' (`regroup.protocol.fencing`), applied to tasks instead of shards.
+"""
+
+from __future__ import annotations
+
+from regroup.protocol.config import CoordinatorConfig
+from regroup.protocol.errors import ErrorCode, ProtocolError
+from regroup.protocol.messages import JOIN_EPOCH, STATIC_LEAVE_EPOCH
+from regroup.protocol.streams.assignment import MemberTasks
+from regroup.protocol.streams.messages import StreamsHeartbeatRequest
+from regroup.protocol.streams.records import StreamsCurrent, StreamsMember
+from regroup.protocol.streams.state import StreamsGroup
+from regroup.protocol.streams.topology import TaskId
+
+__all__ = ["check_epoch", "check_instance", "static_predecessor", "validate"]
+
+
+def _invalid(message: str) -> ProtocolError:
+    return ProtocolError(ErrorCode.INVALID_REQUEST, message)
+
+
+def validate(req: StreamsHeartbeatRequest, cfg: CoordinatorConfig) -> None:
+    """The request's shape: ids, epochs, and that a join says who it is."""
+    for name in ("group_id", "member_id"):
+        value = getattr(req, name)
+        if not isinstance(value, str) or not value or len(value) > cfg.max_id_length:
+            raise _invalid(f"{name} must be a non-empty string of at most {cfg.max_id_length} "
+                           f"characters, got {value!r}")
+    for name in ("instance_id", "process_id"):
+        value = getattr(req, name)
+        if value is not None and (not isinstance(value, str) or not value
+                                  or len(value) > cfg.max_id_length):
+            raise _invalid(f"{name} must be a non-empty string of at most {cfg.max_id_length} "
+                           f"characters, got {value!r}")
+    if not isinstance(req.member_epoch, int) or req.member_epoch < STATIC_LEAVE_EPOCH:
+        raise _invalid(f"member_epoch {req.member_epoch!r} is not an epoch")
+    if req.member_epoch == STATIC_LEAVE_EPOCH and req.instance_id is None:
+        raise _invalid("only a static member (with an instance id) can leave with epoch -2")
+    if req.rebalance_timeout_ms is not None and (
+            not isinstance(req.rebalance_timeout_ms, int) or req.rebalance_timeout_ms <= 0):
+        raise _invalid(f"rebalance_timeout_ms must be positive, got {req.rebalance_timeout_ms!r}")
+    if req.member_epoch == JOIN_EPOCH and req.rebalance_timeout_ms is None:
+        raise _invalid("a join (member_epoch 0) must send its rebalance_timeout_ms")
+    if req.task_offsets is not None:
+        for task, offsets in req.task_offsets.items():
+            if not isinstance(task, TaskId):
+                raise _invalid(f"task_offsets names {task!r}, which is not a task id")
+            for shard, offset in offsets.items():
+                if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+                    raise _invalid(f"task {task} reports offset {offset!r} for {shard}; offsets are "
+                                   "non-negative integers")
+
+
+def check_epoch(group: StreamsGroup, req: StreamsHeartbeatRequest, current: StreamsCurrent) -> None:
+    """FENCED_MEMBER_EPOCH unless the epoch is current, or the previous one after a lost response.
+
+    The previous epoch is accepted only from a member that reports what it owns, and owns nothing
+    in any role that it was not given: then it cannot be running a task that moved on.
+    """
+    epoch = req.member_epoch
+    if epoch == current.epoch:
+        return
+    if epoch > current.epoch:
+        why = (f"epoch {epoch} is newer than the coordinator's {current.epoch}" if current.epoch >= 0
+               else "the member left the group temporarily and must rejoin with epoch 0")
+    elif epoch == current.previous_epoch and req.owned is not None \
+            and _within(req.owned, current.assigned):
+        return
+    else:
+        why = f"epoch {epoch} is older than the member's current epoch {current.epoch}"
+    raise ProtocolError(
+        ErrorCode.FENCED_MEMBER_EPOCH,
+        f"member {req.member_id!r} of streams group {group.group_id!r} is fenced: {why}; close all its "
+        "tasks without committing and rejoin with epoch 0")
+
+
+def _within(owned: MemberTasks, given: MemberTasks) -> bool:
+    return (owned.active <= given.active and owned.standby <= given.standby
+            and owned.warmup <= given.warmup)
+
+
+def check_instance(group: StreamsGroup, req: StreamsHeartbeatRequest, meta: StreamsMember | None,
+                   joining: bool = False) -> None:
+    """A static member's instance id must still be bound to this member id."""
+    if req.instance_id is None:
+        return
+    if meta is not None and meta.instance_id != req.instance_id:
+        raise ProtocolError(
+            ErrorCode.FENCED_INSTANCE_ID,
+            f"member {req.member_id!r} is registered with instance id {meta.instance_id!r}, not "
+            f"{req.instance_id!r}; an instance id cannot change, join with a new member id")
+    holder = None if joining else group.static_members.get(req.instance_id)
+    if holder is not None and holder != req.member_id:
+        raise ProtocolError(
+            ErrorCode.FENCED_INSTANCE_ID,
+            f"instance id {req.instance_id!r} of streams group {group.group_id!r} now belongs to member "
+            f"{holder!r}: another process with the same instance id replaced this one")
+
+
+def static_predecessor(group: StreamsGroup, req: StreamsHeartbeatRequest) -> str | None:
+    """On a static join: the member id this join takes over (a holder away with -2), or None."""
+    if req.instance_id is None:
+        return None
+    holder = group.static_members.get(req.instance_id)
+    if holder is None or holder == req.member_id:
+        return None
+    if group.current[holder].epoch != STATIC_LEAVE_EPOCH:
+        raise ProtocolError(
+            ErrorCode.UNRELEASED_INSTANCE_ID,
+            f"instance id {req.instance_id!r} of streams group {group.group_id!r} is still held by live "
+            f"member {holder!r}; it is released when that member leaves with epoch -2 or its session "
+            "times out")
+    return holder

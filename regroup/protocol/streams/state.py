@@ -1,0 +1,204 @@
+"""A streams group's durable state, and `apply`: the only code that changes it.
+
+Everything in `StreamsGroup` is a fact carried by a record or derived from such facts by `apply`
+(the static-member index and who holds which task). Two coordinators that applied the same records
+hold equal groups, which is what makes replay and snapshots exact.
+
+Soft state is kept out of this module on purpose: the task offsets members report (and the lags
+computed from them) live in the coordinator beside the groups, are lost on a restart, and come back
+with each member's first heartbeat after it. `replay` therefore rebuilds everything but them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from regroup.protocol.messages import STATIC_LEAVE_EPOCH
+from regroup.protocol.records import MemberStatus
+from regroup.protocol.state import CorruptRecordError
+from regroup.protocol.streams.assignment import NO_TASKS, MemberTasks
+from regroup.protocol.streams.records import (
+    SourceTopicsRecord,
+    StreamsCurrent,
+    StreamsCurrentRecord,
+    StreamsEpochRecord,
+    StreamsMember,
+    StreamsMemberRecord,
+    StreamsRecord,
+    StreamsTargetEpochRecord,
+    StreamsTargetRecord,
+    TopologyRecord,
+)
+from regroup.protocol.streams.topology import TaskId, Topology, TopologyReady, configure
+from regroup.protocol.topics import TopicMetadata
+
+__all__ = ["StreamsGroup", "StreamsGroupState", "apply", "held", "replay"]
+
+
+class StreamsGroupState(Enum):
+    EMPTY = "empty"
+    #: The topology cannot run on the topics as they are: nothing is assigned.
+    NOT_READY = "not ready"
+    ASSIGNING = "assigning"
+    RECONCILING = "reconciling"
+    STABLE = "stable"
+
+
+def held(c: StreamsCurrent) -> MemberTasks:
+    """What a member holds: its tasks by role plus those it was told to drop and still reports."""
+    p = c.pending_revocation
+    if p == NO_TASKS:
+        return c.assigned
+    a = c.assigned
+    return MemberTasks(a.active | p.active, a.standby | p.standby, a.warmup | p.warmup)
+
+
+@dataclass
+class StreamsGroup:
+    group_id: str
+    epoch: int = 0
+    target_epoch: int = 0
+    topology: Topology | None = None
+    #: Partition counts of the topology's existing source topics, as last recorded.
+    source_topics: dict[str, int] = field(default_factory=dict)
+    members: dict[str, StreamsMember] = field(default_factory=dict)
+    current: dict[str, StreamsCurrent] = field(default_factory=dict)
+    target: dict[str, MemberTasks] = field(default_factory=dict)
+    # Derived by `apply`, never written directly.
+    static_members: dict[str, str] = field(default_factory=dict)
+    #: Task -> the member holding it active (assigned or pending revocation).
+    active_holder: dict[TaskId, str] = field(default_factory=dict)
+    #: Task -> every member holding it in any role (assigned or pending revocation).
+    holders: dict[TaskId, set[str]] = field(default_factory=dict)
+
+    def member_target(self, member_id: str) -> MemberTasks:
+        return self.target.get(member_id, NO_TASKS)
+
+    def held_on_process(self, task: TaskId, process_id: str, besides: str) -> bool:
+        """Does a member of ``process_id`` other than ``besides`` hold ``task`` in any role?"""
+        for m in self.holders.get(task, ()):
+            if m != besides and self.members[m].process_id == process_id:
+                return True
+        return False
+
+    def is_ready(self) -> bool:
+        if self.topology is None:
+            return False
+        return isinstance(configure(self.topology, TopicMetadata(self.source_topics)), TopologyReady)
+
+    @property
+    def state(self) -> StreamsGroupState:
+        if not self.members:
+            return StreamsGroupState.EMPTY
+        if not self.is_ready():
+            return StreamsGroupState.NOT_READY
+        if self.epoch > self.target_epoch:
+            return StreamsGroupState.ASSIGNING
+        for c in self.current.values():
+            if c.epoch != STATIC_LEAVE_EPOCH and (
+                    c.status is not MemberStatus.STABLE or c.epoch != self.target_epoch):
+                return StreamsGroupState.RECONCILING
+        return StreamsGroupState.STABLE
+
+
+def apply(groups: dict[str, StreamsGroup], record: StreamsRecord) -> None:
+    """Apply one record (creating or deleting a group as the record says)."""
+    gid = record.group_id
+    group = groups.get(gid)
+    if isinstance(record, StreamsEpochRecord):
+        if record.epoch is None:
+            if group is not None and group.members:
+                raise CorruptRecordError(f"streams group {gid!r} deleted while it still has members")
+            groups.pop(gid, None)
+            return
+        if group is None:
+            group = groups[gid] = StreamsGroup(gid)
+        group.epoch = record.epoch
+        return
+    if group is None:
+        raise CorruptRecordError(f"record for streams group {gid!r} before the group exists: {record}")
+    _APPLIERS[type(record)](group, record)
+
+
+def replay(records: Iterable[StreamsRecord]) -> dict[str, StreamsGroup]:
+    groups: dict[str, StreamsGroup] = {}
+    for r in records:
+        apply(groups, r)
+    return groups
+
+
+def _apply_topology(group: StreamsGroup, r: TopologyRecord) -> None:
+    group.topology = r.topology
+
+
+def _apply_source_topics(group: StreamsGroup, r: SourceTopicsRecord) -> None:
+    group.source_topics = dict(r.topics)
+
+
+def _apply_member(group: StreamsGroup, r: StreamsMemberRecord) -> None:
+    old = group.members.get(r.member_id)
+    if old is not None and old.instance_id is not None \
+            and group.static_members.get(old.instance_id) == r.member_id:
+        del group.static_members[old.instance_id]
+    if r.member is None:
+        if r.member_id in group.current:
+            raise CorruptRecordError(
+                f"member {r.member_id!r} of {group.group_id!r} removed before its assignment")
+        group.members.pop(r.member_id, None)
+        return
+    if old is not None and old.process_id != r.member.process_id and r.member_id in group.current:
+        raise CorruptRecordError(f"member {r.member_id!r} of {group.group_id!r} changed process")
+    group.members[r.member_id] = r.member
+    if r.member.instance_id is not None:
+        group.static_members[r.member.instance_id] = r.member_id
+
+
+def _apply_target(group: StreamsGroup, r: StreamsTargetRecord) -> None:
+    if r.tasks is None:
+        group.target.pop(r.member_id, None)
+    else:
+        group.target[r.member_id] = r.tasks
+
+
+def _apply_target_epoch(group: StreamsGroup, r: StreamsTargetEpochRecord) -> None:
+    group.target_epoch = r.target_epoch
+
+
+def _apply_current(group: StreamsGroup, r: StreamsCurrentRecord) -> None:
+    mid = r.member_id
+    old = group.current.get(mid)
+    if old is not None:
+        h = held(old)
+        for t in h.active:
+            if group.active_holder.get(t) == mid:
+                del group.active_holder[t]
+        for t in h.active | h.standby | h.warmup:
+            members = group.holders.get(t)
+            if members is not None:
+                members.discard(mid)
+                if not members:
+                    del group.holders[t]
+    if r.current is None:
+        group.current.pop(mid, None)
+        return
+    if mid not in group.members:
+        raise CorruptRecordError(f"assignment of {mid!r} in {group.group_id!r} before its metadata")
+    group.current[mid] = r.current
+    h = held(r.current)
+    for t in h.active:
+        group.active_holder[t] = mid
+    for t in h.active | h.standby | h.warmup:
+        group.holders.setdefault(t, set()).add(mid)
+
+
+_APPLIERS: dict[type, Callable[[StreamsGroup, Any], None]] = {
+    TopologyRecord: _apply_topology,
+    SourceTopicsRecord: _apply_source_topics,
+    StreamsMemberRecord: _apply_member,
+    StreamsTargetRecord: _apply_target,
+    StreamsTargetEpochRecord: _apply_target_epoch,
+    StreamsCurrentRecord: _apply_current,
+}
