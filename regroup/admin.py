@@ -90,7 +90,9 @@ def groups_describe(
             _fail(f"{e.code.value}: {e.message}")
     d = details.description
     if json_output:
-        print(json.dumps(_details_json(details)))
+        from regroup.rpc.views import group_details_json
+
+        print(json.dumps(group_details_json(details)))
         return
     c = Console()
     c.print(f"[bold]{d.group_id}[/bold]  state [bold]{d.state.value}[/bold]  group epoch {d.epoch}  "
@@ -130,30 +132,6 @@ def groups_delete(
 
 def _dash(v: object) -> str:
     return "-" if v is None else str(v)
-
-
-def _details_json(details: Any) -> dict[str, Any]:
-    d = details.description
-    return {
-        "group": d.group_id, "state": d.state.value, "epoch": d.epoch, "target_epoch": d.target_epoch,
-        "assignor": d.assignor, "subscribed_topics": d.subscribed_topics,
-        "members": [{
-            "member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.rack_id, "epoch": m.epoch,
-            "previous_epoch": m.previous_epoch, "state": m.status.value,
-            "assigned": sorted(map(str, m.assigned)),
-            "pending_revocation": sorted(map(str, m.pending_revocation)),
-            "awaiting": sorted(map(str, m.awaiting)), "target": sorted(map(str, m.target)),
-            "subscribed_topics": sorted(m.subscribed_topics), "subscribed_regex": m.subscribed_regex,
-            "client": (lambda c: {"client_id": c.client_id, "host": c.client_host,
-                                  "last_heartbeat_age_ms": c.last_heartbeat_age_ms} if c else None)(
-                details.clients.get(m.member_id)),
-        } for m in d.members],
-        "offsets": [{"partition": str(o.shard), "topic": o.shard.topic, "partition_id": o.shard.partition,
-                     "committed": o.committed, "log_end_offset": o.log_end_offset, "lag": o.lag,
-                     "owner": o.owner} for o in details.offsets],
-        "history": [{"at_unix_ms": h.at_unix_ms, "kind": h.kind, "epoch": h.epoch, "cause": h.cause}
-                    for h in details.history],
-    }
 
 
 # ----------------------------------------------------------------------------------- offsets
