@@ -5,12 +5,15 @@
 Start-up: lock the data dir, read the snapshot and the records after it, rebuild the core with
 `Coordinator.recover` (every member gets a fresh session and every revoking member a fresh revocation
 timeout from now; topic metadata starts as the groups recorded it), ask the log backend for topic
-metadata, then listen. Every setting is a field of `ServerConfig`, built from the command line by
+metadata, then listen; with ``--http HOST:PORT`` also serve the dashboard (`regroup.coordinator.http`)
+once gRPC listens. Every setting is a field of `ServerConfig`, built from the command line by
 `ServerConfig.from_args`. Once listening it prints one
-line ``regroup coordinator listening on HOST:PORT ...`` on stdout.
+line ``regroup coordinator listening on HOST:PORT ...`` on stdout, ending with
+``; dashboard on http://HOST:PORT/`` when the dashboard is on.
 
-Shutdown (SIGTERM or SIGINT): Watch streams end, in-flight calls get a grace period (1 s; open
-heartbeat streams are cut after it), queued records are written, the data dir is unlocked.
+Shutdown (SIGTERM or SIGINT): the dashboard's event streams and Watch streams end, in-flight calls
+get a grace period (1 s; open heartbeat streams are cut after it), queued records are written, the
+data dir is unlocked.
 Exit status 0; 1 when the service stopped itself because it could not guarantee durability (see
 `service`); 2 for a bad configuration.
 """
@@ -33,6 +36,8 @@ import grpc.aio
 
 from regroup.coordinator.auth import TokenInterceptor, server_credentials
 from regroup.coordinator.history import EpochHistory
+from regroup.coordinator.http.app import Dashboard, DashboardServer, is_loopback, parse_http, url_of
+from regroup.coordinator.http.feed import Feed
 from regroup.coordinator.metrics import Metrics, serve_metrics
 from regroup.coordinator.service import CoordinatorService, ServiceOptions, monotonic_ms
 from regroup.coordinator.sources import TopicRefresher, open_topic_source
@@ -41,6 +46,7 @@ from regroup.coordinator.watch import Watchers
 from regroup.log.errors import LogError
 from regroup.protocol.config import CoordinatorConfig
 from regroup.protocol.coordinator import Coordinator
+from regroup.protocol.describe import GroupDescription
 
 log = logging.getLogger("regroup.coordinator")
 
@@ -80,6 +86,8 @@ class ServerConfig:
     max_pending_requests: int = DEFAULT_MAX_PENDING
     #: How long in-flight calls may finish at shutdown.
     grace_s: float = 1.0
+    #: HOST:PORT of the dashboard and its JSON API (None: off).
+    http: str | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServerConfig:
@@ -90,7 +98,8 @@ class ServerConfig:
             tls_key=args.tls_key, metrics_port=args.metrics_port, session_timeout_ms=args.session_timeout_ms,
             heartbeat_interval_ms=args.heartbeat_interval_ms, snapshot_every=args.snapshot_every,
             topic_refresh_s=args.topic_refresh_s, history_limit=args.history_limit,
-            max_message_bytes=args.max_message_bytes, max_pending_requests=args.max_pending_requests)
+            max_message_bytes=args.max_message_bytes, max_pending_requests=args.max_pending_requests,
+            http=args.http)
 
 
 def _host(listen: str) -> str:
@@ -116,6 +125,7 @@ async def serve(
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(sig, stop.set)
 
+    http_at = parse_http(cfg.http) if cfg.http is not None else None
     source = open_topic_source(cfg.log_spec)
     store = DurableStore(data_dir, snapshot_every=cfg.snapshot_every, history_limit=cfg.history_limit)
     t0 = time.perf_counter()
@@ -184,10 +194,20 @@ async def serve(
                 await service.close()
                 raise
             bound_metrics = int(metrics_server.server_port)
+        dashboard = None
+        if http_at is not None:
+            dashboard = _dashboard(service, token, *http_at)
+            try:
+                http_port = await dashboard.start()
+            except OSError:
+                await server.stop(0)
+                await service.close()
+                raise
         info = Listening(address, bound_metrics, len(loaded.records), recovery_s)
         print(f"regroup coordinator listening on {address}"
               + (f" (metrics on {host or '0.0.0.0'}:{bound_metrics})" if bound_metrics is not None else "")
-              + f"; data dir {data_dir}; recovered {info.recovered_records} records in {recovery_s:.3f} s",
+              + f"; data dir {data_dir}; recovered {info.recovered_records} records in {recovery_s:.3f} s"
+              + (f"; dashboard on {url_of(dashboard.host, http_port)}" if dashboard is not None else ""),
               flush=True)
         if on_listening is not None:
             on_listening(info)
@@ -197,6 +217,8 @@ async def serve(
         for w in waiters:
             w.cancel()
         log.info("shutting down%s", f" ({service.fatal_reason})" if service.fatal_reason else "")
+        if dashboard is not None:
+            await dashboard.stop()
         service.end_streams()
         await server.stop(cfg.grace_s)
         log.debug("gRPC server stopped")
@@ -209,6 +231,26 @@ async def serve(
         return 1 if service.fatal_reason else 0
     finally:
         await store.close()  # (again, harmlessly) also when start-up failed half-way
+
+
+def _dashboard(service: CoordinatorService, token: str | None, host: str, port: int) -> DashboardServer:
+    """The dashboard, fed by every step of the service from now on."""
+    coord = service.coord
+
+    def epochs_of(gid: str) -> tuple[int, int] | None:
+        g = coord.groups.get(gid)
+        return (g.epoch, g.target_epoch) if g is not None else None
+
+    feed = Feed(epochs_of)
+    feed.seed(service.runtime.read(_descriptions).response)
+    service.on_step = feed.on_step
+    if token is None and not is_loopback(host):
+        log.warning("the dashboard on %s is open to anyone who can reach it: add --token", host)
+    return DashboardServer(Dashboard(service, feed, token=token), host, port)
+
+
+def _descriptions(c: Coordinator) -> list[GroupDescription]:
+    return [c.describe_group(gid) for gid, _, _ in c.list_groups()]
 
 
 def run_coordinator(cfg: ServerConfig) -> int:
@@ -241,6 +283,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="largest request accepted (larger: RESOURCE_EXHAUSTED)")
     p.add_argument("--max-pending-requests", type=int, default=DEFAULT_MAX_PENDING,
                    help="requests waiting for the event loop beyond which new ones are shed")
+    p.add_argument("--http", default=None, metavar="HOST:PORT",
+                   help="serve the dashboard and its JSON API here (port 0: any; off by default)")
     p.add_argument("--log-level", default="INFO")
     return p
 

@@ -96,6 +96,8 @@ class CoordinatorService:
         self.options = options or ServiceOptions()
         self.clock = clock
         self.clients: dict[MemberKey, tuple[str, str, int]] = {}
+        #: Told of every step that wrote records (the dashboard's feed); must be cheap.
+        self.on_step: Callable[[Effects[Any]], None] | None = None
         self.stopped = asyncio.Event()
         self.fatal_reason = ""
         self._timer: asyncio.TimerHandle | None = None
@@ -181,6 +183,8 @@ class CoordinatorService:
             self.metrics.observe_records(eff.records)
             self.metrics.records_since_snapshot.set(self.store.records_since_snapshot)
             self._observe_soon()
+            if self.on_step is not None:
+                self.on_step(eff)
         for key in eff.departed:
             self.clients.pop(key, None)
         for note in eff.notes:
@@ -376,18 +380,34 @@ class CoordinatorService:
     # ================================================================= administration
     async def describe_group(self, request: pb.DescribeGroupRequest, _context: Ctx,
                              ) -> pb.DescribeGroupResponse:
-        gid = request.group_id
         try:
-            # The core's checks (and GROUP_ID_NOT_FOUND) before asking the log for end offsets.
-            topics = sorted(self.runtime.read(lambda c: c.describe_group(gid)).response.subscribed_topics)
-            ends = await self._end_offsets(topics)
-            details = await self._ask(lambda c: self._details(c.describe_group(gid), ends))
+            details = await self.group_details(request.group_id)
         except ProtocolError as e:  # also: deleted while we asked the log
             self._count("DescribeGroup", e.code)
             return pb.DescribeGroupResponse(error=wire.error_to_pb(e.code), message=e.message)
         self._count("DescribeGroup", ErrorCode.NONE)
         return pb.DescribeGroupResponse(error=wire.error_to_pb(ErrorCode.NONE),
                                         group=wire.group_details_to_pb(details))
+
+    async def group_details(self, gid: str) -> GroupDetails:
+        """What DescribeGroup answers (and the dashboard shows); ProtocolError as the core raises it."""
+        # The core's checks (and GROUP_ID_NOT_FOUND) before asking the log for end offsets.
+        topics = sorted(self.runtime.read(lambda c: c.describe_group(gid)).response.subscribed_topics)
+        ends = await self._end_offsets(topics)
+        return await self._ask(lambda c: self._details(c.describe_group(gid), ends))
+
+    async def all_group_details(self) -> list[GroupDetails]:
+        """Every group's details, with one end-offset lookup for all of their topics."""
+        def described(c: Coordinator) -> list[GroupDescription]:
+            out = []
+            for gid, _, _ in c.list_groups():
+                with contextlib.suppress(ProtocolError):
+                    out.append(c.describe_group(gid))
+            return out
+
+        topics = sorted({t for d in self.runtime.read(described).response for t in d.subscribed_topics})
+        ends = await self._end_offsets(topics)
+        return await self._ask(lambda c: [self._details(d, ends) for d in described(c)])
 
     def _details(self, d: GroupDescription, ends: dict[Shard, int]) -> GroupDetails:
         gid = d.group_id

@@ -1,0 +1,216 @@
+"""The dashboard's HTTP side: the page, its read-only JSON API, the live event stream, and access.
+
+Rules:
+1. Read-only: every route is a GET; nothing here changes a group.
+2. One object per view: a group's JSON is `regroup.rpc.views.group_details_json` (what
+   ``groups describe --json`` prints) plus the feed's timeline; the OpenAPI document
+   (`regroup.coordinator.http.openapi`) describes exactly what these handlers return.
+3. With a token, every request shows it (``Authorization: Bearer`` or the ``regroup_token`` cookie
+   that ``/?token=T`` sets), compared in constant time. Without one the dashboard is open, which the
+   server warns about unless it is bound to loopback.
+4. Runs on the coordinator's event loop; handlers only read the core through the service's doors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from typing import Any
+
+from aiohttp import web
+
+from regroup.coordinator.http.feed import CLOSED, Feed
+from regroup.coordinator.http.openapi import openapi_document
+from regroup.coordinator.service import CoordinatorService, unix_ms
+from regroup.protocol.errors import ErrorCode, ProtocolError
+from regroup.rpc.types import GroupDetails
+from regroup.rpc.views import group_details_json, total_lag
+
+log = logging.getLogger("regroup.coordinator.http")
+
+COOKIE = "regroup_token"
+#: A comment line on every event stream this often, so that proxies and browsers keep it open.
+PING_S = 15.0
+HOUR_MS = 3_600_000
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _error(status: int, error: str, message: str) -> web.Response:
+    return web.json_response({"error": error, "message": message}, status=status)
+
+
+def rebalances_since(details: GroupDetails, since_unix_ms: int) -> int:
+    """Group epoch bumps in the group's (persisted, bounded) epoch history since that time."""
+    return sum(1 for h in details.history
+               if h.kind == "group" and h.epoch > 0 and h.at_unix_ms >= since_unix_ms)
+
+
+class Dashboard:
+    def __init__(self, service: CoordinatorService, feed: Feed, *, token: str | None = None,
+                 ping_s: float = PING_S) -> None:
+        self.service = service
+        self.feed = feed
+        self.token = token
+        self.ping_s = ping_s
+        self._streams: set[asyncio.Task[Any]] = set()
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self._access])
+        app.router.add_get("/", self.index)
+        app.router.add_get("/static/{name}", self.static)
+        app.router.add_get("/api/groups", self.groups)
+        app.router.add_get("/api/groups/{group}", self.group)
+        app.router.add_get("/api/events", self.events)
+        app.router.add_get("/api/openapi.json", self.openapi)
+        return app
+
+    # ------------------------------------------------------------------ access
+    def _shown_token(self, request: web.Request) -> str | None:
+        auth = request.headers.get("Authorization", "")
+        if auth.startswith("Bearer "):
+            return auth[len("Bearer "):]
+        return request.cookies.get(COOKIE)
+
+    @web.middleware
+    async def _access(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if self.token is None:
+            return await handler(request)
+        given = request.query.get("token") if request.path == "/" else None
+        if given is not None and hmac.compare_digest(given.encode(), self.token.encode()):
+            resp = web.HTTPFound("/")
+            resp.set_cookie(COOKIE, self.token, httponly=True, samesite="Strict", path="/")
+            return resp
+        shown = self._shown_token(request)
+        if shown is None or not hmac.compare_digest(shown.encode(), self.token.encode()):
+            return _error(401, "UNAUTHENTICATED", "give the coordinator's token: Authorization: Bearer "
+                          "TOKEN, or open /?token=TOKEN once")
+        return await handler(request)
+
+    # ------------------------------------------------------------------ the page
+    async def index(self, _request: web.Request) -> web.StreamResponse:
+        return self._static_file("index.html")
+
+    async def static(self, request: web.Request) -> web.StreamResponse:
+        return self._static_file(request.match_info["name"])
+
+    def _static_file(self, name: str) -> web.StreamResponse:
+        if "/" in name or "\\" in name or name.startswith("."):
+            return _error(404, "NOT_FOUND", f"no such file {name!r}")
+        f = resources.files("regroup.coordinator.http").joinpath("static", name)
+        if not f.is_file():
+            return _error(404, "NOT_FOUND", f"no such file {name!r}")
+        ctype = {"html": "text/html", "js": "text/javascript", "css": "text/css", "svg": "image/svg+xml",
+                 "png": "image/png", "json": "application/json"}.get(name.rpartition(".")[2],
+                                                                       "application/octet-stream")
+        return web.Response(body=f.read_bytes(), content_type=ctype,
+                            charset="utf-8" if ctype.startswith("text") else None,
+                            headers={"Cache-Control": "no-cache"})
+
+    # ------------------------------------------------------------------ the API
+    async def groups(self, _request: web.Request) -> web.StreamResponse:
+        since = unix_ms() - HOUR_MS
+        rows = [{"group": d.description.group_id, "state": d.description.state.value,
+                 "epoch": d.description.epoch, "members": len(d.description.members), "lag": total_lag(d),
+                 "rebalances_last_hour": rebalances_since(d, since)}
+                for d in await self.service.all_group_details()]
+        return web.json_response({"groups": rows})
+
+    async def group(self, request: web.Request) -> web.StreamResponse:
+        gid = request.match_info["group"]
+        try:
+            details = await self.service.group_details(gid)
+        except ProtocolError as e:
+            status = 404 if e.code is ErrorCode.GROUP_ID_NOT_FOUND else 400
+            return _error(status, e.code.value, e.message)
+        body = group_details_json(details)
+        body["timeline"] = self.feed.timeline(gid)
+        return web.json_response(body)
+
+    async def openapi(self, _request: web.Request) -> web.StreamResponse:
+        return web.json_response(openapi_document())
+
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                           "X-Accel-Buffering": "no"})
+        await resp.prepare(request)
+        client = self.feed.subscribe()
+        task = asyncio.current_task()
+        if task is not None:
+            self._streams.add(task)
+        try:
+            await resp.write(b": connected\n\n")
+            while True:
+                try:
+                    event = await asyncio.wait_for(client.queue.get(), self.ping_s)
+                except TimeoutError:
+                    await resp.write(b": ping\n\n")
+                    continue
+                if event is CLOSED:
+                    break
+                await resp.write(f"event: {event.kind}\ndata: {json.dumps(event.data)}\n\n".encode())
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass  # the browser went away, or the server is stopping
+        finally:
+            self.feed.unsubscribe(client)
+            if task is not None:
+                self._streams.discard(task)
+        return resp
+
+
+class DashboardServer:
+    """The dashboard bound to a host and port on the running event loop."""
+
+    def __init__(self, dashboard: Dashboard, host: str, port: int) -> None:
+        self.dashboard = dashboard
+        self.host = host
+        self.port = port
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> int:
+        """Listen; returns the bound port (port 0: any free one)."""
+        self._runner = web.AppRunner(self.dashboard.app(), access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        addresses = self._runner.addresses
+        self.port = int(addresses[0][1]) if addresses else self.port
+        return self.port
+
+    async def stop(self) -> None:
+        """End the event streams, then stop listening."""
+        self.dashboard.feed.close()
+        if self._runner is not None:
+            with contextlib.suppress(Exception):
+                await self._runner.cleanup()
+            self._runner = None
+
+
+def parse_http(spec: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:8080`` for IPv6) -> (host, port); ValueError when malformed."""
+    host, sep, port = spec.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ValueError(f"--http {spec!r}: expected HOST:PORT, e.g. 127.0.0.1:9651")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port)
+
+
+def url_of(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
+
+
+def is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
