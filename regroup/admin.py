@@ -282,13 +282,15 @@ def coordinator(
     metrics_port: int | None = typer.Option(None, help="Serve Prometheus metrics on this port."),
     session_timeout_ms: int = typer.Option(45_000, help="Members silent this long are fenced."),
     heartbeat_interval_ms: int = typer.Option(5_000, help="How often members heartbeat."),
+    http: str | None = typer.Option(None, "--http", metavar="HOST:PORT",
+                                    help="Serve the dashboard and its JSON API here (port 0: any)."),
 ) -> None:
-    """Run the group coordinator: gRPC API, durable store, timers, metrics."""
+    """Run the group coordinator: gRPC API, durable store, timers, metrics, optional dashboard."""
     from regroup.coordinator.server import ServerConfig, run_coordinator
 
     code = run_coordinator(ServerConfig(
         data_dir=data_dir, listen=listen, log_spec=log or os.environ.get("REGROUP_LOG"),
         token=token or os.environ.get("REGROUP_TOKEN"), tls_cert=tls_cert, tls_key=tls_key,
         metrics_port=metrics_port, session_timeout_ms=session_timeout_ms,
-        heartbeat_interval_ms=heartbeat_interval_ms))
+        heartbeat_interval_ms=heartbeat_interval_ms, http=http))
     raise typer.Exit(code)

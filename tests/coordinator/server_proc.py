@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 _LINE = re.compile(r"listening on (?P<addr>\S+?)(?: \(metrics on \S+:(?P<metrics>\d+)\))?;")
+_DASHBOARD = re.compile(r"; dashboard on (?P<url>http://\S+/)$")
 
 
 @dataclass
@@ -23,6 +24,8 @@ class ServerProc:
     data_dir: Path
     args: list[str] = field(default_factory=list)
     log_path: Path | None = None
+    #: The dashboard's base URL (``http://HOST:PORT/``) when started with ``--http``.
+    dashboard_url: str | None = None
 
     @property
     def port(self) -> int:
@@ -66,7 +69,8 @@ def start_server(data_dir: Path, *extra: str, listen: str = "127.0.0.1:0", timeo
             m = _LINE.search(line)
             if m:
                 metrics = m.group("metrics")
+                dashboard = _DASHBOARD.search(line.rstrip("\n"))
                 return ServerProc(proc, m.group("addr"), int(metrics) if metrics else None, data_dir, args,
-                                  log_path)
+                                  log_path, dashboard.group("url") if dashboard else None)
     proc.kill()
     raise RuntimeError(f"coordinator did not start in {timeout} s:\n{log_path.read_text()}")

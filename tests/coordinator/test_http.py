@@ -1,0 +1,285 @@
+"""End to end: the dashboard's HTTP API of a real coordinator process (``--http``)."""
+
+from __future__ import annotations
+
+import json
+import queue
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
+
+from regroup.log import LogRecord, PartitionedLog, open_log
+from regroup.protocol.messages import OffsetCommitRequest
+from regroup.protocol.shard import Shard
+from regroup.rpc.client import CoordinatorClient
+from tests.coordinator.server_proc import ServerProc, start_server
+from tests.coordinator.test_server import M, settle
+
+HTTP = ("--http", "127.0.0.1:0")
+
+
+@pytest.fixture(scope="module")
+def log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PartitionedLog]:
+    partitioned = open_log(str(tmp_path_factory.mktemp("log") / "log"))
+    partitioned.create_topic("orders", 6)
+    yield partitioned
+    partitioned.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, log: PartitionedLog) -> Iterator[ServerProc]:
+    data = tmp_path_factory.mktemp("coord") / "data"
+    s = start_server(data, "--log", str(getattr(log, "directory", "")), *HTTP)
+    yield s
+    assert s.terminate() == 0, s.log()
+
+
+@pytest.fixture()
+def client(server: ServerProc) -> Iterator[CoordinatorClient]:
+    c = CoordinatorClient(server.address, client_id="tests", timeout_s=5)
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def openapi(server: ServerProc) -> dict[str, Any]:
+    status, doc = get(server, "api/openapi.json")
+    assert status == 200
+    assert doc["openapi"].startswith("3.1")
+    return dict(doc)
+
+
+def url(server: ServerProc, path: str) -> str:
+    assert server.dashboard_url is not None
+    return server.dashboard_url + path
+
+
+def get(server: ServerProc, path: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    req = urllib.request.Request(url(server, path), headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def validate(doc: dict[str, Any], schema_name: str, value: Any) -> None:
+    """Validate against one of the document's component schemas (JSON Schema 2020-12, as OpenAPI 3.1)."""
+    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", "components": doc["components"],
+              "$ref": f"#/components/schemas/{schema_name}"}
+    Draft202012Validator.check_schema(schema)
+    Draft202012Validator(schema).validate(value)
+
+
+def wait_for(cond: Callable[[], Any], what: str, timeout: float = 15) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+class EventStream:
+    """Reads /api/events on a thread; each event is (name, data) in arrival order."""
+
+    def __init__(self, server: ServerProc, headers: dict[str, str] | None = None) -> None:
+        req = urllib.request.Request(url(server, "api/events"), headers=headers or {})
+        # The socket timeout guards every read: a stream that stops sending fails the test, not hangs it.
+        self.resp = urllib.request.urlopen(req, timeout=30)
+        assert self.resp.headers["Content-Type"].startswith("text/event-stream")
+        self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self.comments: list[str] = []
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        name, data = "message", ""
+        try:
+            for raw in self.resp:
+                line = raw.decode().rstrip("\n")
+                if line.startswith(":"):
+                    self.comments.append(line)
+                elif line.startswith("event: "):
+                    name = line[len("event: "):]
+                elif line.startswith("data: "):
+                    data = line[len("data: "):]
+                elif line == "" and data:
+                    self.events.put((name, json.loads(data)))
+                    name, data = "message", ""
+        except (OSError, ValueError, AttributeError):
+            pass  # closed by close() from the test's thread (http.client then drops its file: None)
+
+    def next_where(self, pred: Callable[[str, Any], bool], timeout: float = 15) -> tuple[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError("no matching event arrived")
+            name, data = self.events.get(timeout=left)
+            if pred(name, data):
+                return name, data
+
+    def close(self) -> None:
+        self.resp.close()
+
+
+def describe_cli(server: ServerProc, group: str) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, "-m", "regroup.cli", "groups", "describe", group, "--json",
+                          "--coordinator", server.address], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return dict(json.loads(out.stdout))
+
+
+def _without_ages(obj: dict[str, Any]) -> dict[str, Any]:
+    """The same object minus what moves with the clock between two reads (heartbeat ages)."""
+    obj = json.loads(json.dumps(obj))
+    for m in obj["members"]:
+        if m["client"] is not None:
+            assert isinstance(m["client"].pop("last_heartbeat_age_ms"), int)
+    return obj
+
+
+# ----------------------------------------------------------------------------------------- behaviour
+
+
+def test_list_and_describe_match_the_cli_and_the_openapi_schemas(
+        server: ServerProc, client: CoordinatorClient, log: PartitionedLog, openapi: dict[str, Any]) -> None:
+    m1 = M("dash-list", "m1")
+    m1.join(client)
+    settle(client, [m1])
+    log.produce("orders", 2, [LogRecord(None, b"x", 0)] * 10)
+    ack = client.commit_offsets(OffsetCommitRequest("dash-list", "m1", m1.epoch, {Shard("orders", 2): 4}))
+    assert ack.ok, ack.message
+    status, listing = get(server, "api/groups")
+    assert status == 200
+    validate(openapi, "GroupList", listing)
+    row = next(g for g in listing["groups"] if g["group"] == "dash-list")
+    assert row["state"] == "stable" and row["members"] == 1 and row["epoch"] >= 1
+    assert row["rebalances_last_hour"] >= 1
+    assert row["lag"] == 6  # only orders-2 has a committed offset (4 of 10)
+
+    status, api = get(server, "api/groups/dash-list")
+    assert status == 200
+    validate(openapi, "GroupDetails", api)
+    timeline = api.pop("timeline")
+    assert _without_ages(api) == _without_ages(describe_cli(server, "dash-list"))
+    assert [(s["member_id"], s["step"]) for s in timeline][:2] == [("m1", "joined"), ("m1", "granted")]
+
+
+def test_unknown_group_is_404_and_an_invalid_id_400(server: ServerProc, openapi: dict[str, Any]) -> None:
+    status, body = get(server, "api/groups/no-such-group")
+    assert status == 404 and body["error"] == "GROUP_ID_NOT_FOUND"
+    validate(openapi, "Error", body)
+    status, body = get(server, "api/groups/" + "x" * 300)
+    assert status == 400 and body["error"] == "INVALID_REQUEST"
+    validate(openapi, "Error", body)
+
+
+def test_events_tell_of_a_new_group_and_of_a_member_joining(
+        server: ServerProc, client: CoordinatorClient, openapi: dict[str, Any]) -> None:
+    stream = EventStream(server)
+    try:
+        wait_for(lambda: stream.comments, "the stream's first comment")
+        m = M("dash-sse", "m1")
+        m.join(client)
+        stream.next_where(lambda name, _data: name == "groups")
+        _, data = stream.next_where(lambda name, data: name == "group" and data["group"] == "dash-sse")
+        validate(openapi, "GroupEvent", data)
+        assert data["epoch"] >= 1
+    finally:
+        stream.close()
+
+
+def test_the_timeline_shows_a_partition_moving_with_its_hand_off(
+        server: ServerProc, client: CoordinatorClient, openapi: dict[str, Any]) -> None:
+    m1, m2 = M("dash-move", "m1"), M("dash-move", "m2")
+    m1.join(client)
+    settle(client, [m1])
+    m2.join(client)
+    settle(client, [m1, m2])
+    status, body = get(server, "api/groups/dash-move")
+    assert status == 200
+    validate(openapi, "GroupDetails", body)
+    steps = [(s["member_id"], s["step"]) for s in body["timeline"]]
+    for expected in [("m1", "joined"), ("m1", "granted"), ("m2", "joined"), ("m1", "revoking"),
+                     ("m1", "released"), ("m2", "granted")]:
+        assert expected in steps, (expected, steps)
+    assert steps.index(("m1", "revoking")) < steps.index(("m1", "released")) < steps.index(("m2", "granted"))
+    by = {(s["member_id"], s["step"]): s for s in body["timeline"]}
+    moved = set(by[("m1", "released")]["partitions"])
+    assert moved and moved <= set(by[("m2", "granted")]["partitions"])
+    assert moved == set(by[("m1", "revoking")]["partitions"])
+    assert moved == {str(s) for s in m2.owned}
+    assert by[("m1", "released")]["handoff_ms"] >= 0
+    assert by[("m2", "granted")]["handoff_ms"] >= 0
+    assert by[("m1", "granted")]["handoff_ms"] is None  # never owned before
+    stamps = [s["at_unix_ms"] for s in body["timeline"]]
+    assert stamps == sorted(stamps)
+
+
+def test_the_page_is_served_from_the_package(server: ServerProc) -> None:
+    from importlib import resources
+
+    page = resources.files("regroup.coordinator.http").joinpath("static", "index.html")
+    try:
+        with urllib.request.urlopen(url(server, ""), timeout=10) as r:
+            assert r.status == 200 and r.headers["Content-Type"].startswith("text/html")
+            assert r.read() == page.read_bytes()
+    except urllib.error.HTTPError as e:
+        assert e.code == 404 and not page.is_file()  # the page is not written yet
+    status, _ = get(server, "static/..%2Fapp.py")
+    assert status == 404
+
+
+def test_dashboard_is_off_by_default(tmp_path: Path) -> None:
+    s = start_server(tmp_path / "data")
+    try:
+        assert s.dashboard_url is None
+    finally:
+        assert s.terminate() == 0, s.log()
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *_args: Any, **_kwargs: Any) -> None:
+        return None
+
+
+def test_token_by_header_or_by_the_cookie_the_link_sets(tmp_path: Path) -> None:
+    s = start_server(tmp_path / "data", "--token", "s3cret", *HTTP)
+    try:
+        assert get(s, "api/groups")[0] == 401
+        status, body = get(s, "api/groups", {"Authorization": "Bearer wrong"})
+        assert status == 401 and set(body) == {"error", "message"}
+        assert get(s, "api/groups", {"Authorization": "Bearer s3cret"}) == (200, {"groups": []})
+        assert get(s, "api/groups/x", {"Cookie": "regroup_token=wrong"})[0] == 401
+        assert get(s, "?token=wrong")[0] == 401
+        assert get(s, "api/openapi.json")[0] == 401
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(urllib.request.Request(url(s, "api/events")), timeout=10)
+        assert e.value.code == 401
+
+        opener = urllib.request.build_opener(_NoRedirect)
+        with pytest.raises(urllib.error.HTTPError) as e:
+            opener.open(url(s, "?token=s3cret"), timeout=10)
+        assert e.value.code == 302 and e.value.headers["Location"] == "/"
+        cookie = e.value.headers["Set-Cookie"]
+        assert cookie.startswith("regroup_token=s3cret;")
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+        assert get(s, "api/groups", {"Cookie": "regroup_token=s3cret"}) == (200, {"groups": []})
+        stream = EventStream(s, {"Cookie": "regroup_token=s3cret"})
+        wait_for(lambda: stream.comments, "the stream's first comment")
+        stream.close()
+    finally:
+        assert s.terminate() == 0, s.log()
