@@ -136,13 +136,16 @@ def bench_coordinator(
     processes: int = typer.Option(1, help="Load-generating processes."),
     compare_unary: bool = typer.Option(True, "--compare-unary/--no-compare-unary",
                                        help="Also measure one unary call per heartbeat."),
+    dashboard_clients: int = typer.Option(0, "--dashboard-clients", min=0,
+                                          help="Also measure the target with N dashboard pages open."),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of text."),
 ) -> None:
     """Heartbeats/s and p50/p99 against one durable coordinator process; finds saturation."""
     from regroup.bench.coordinator import run_coordinator_bench
 
     run_coordinator_bench(members, interval_ms, duration, json_output, sweep=sweep, group_size=group_size,
-                          processes=processes, compare_unary=compare_unary)
+                          processes=processes, compare_unary=compare_unary,
+                          dashboard_clients=dashboard_clients)
 
 
 def main() -> None:

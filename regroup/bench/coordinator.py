@@ -68,6 +68,8 @@ class Window:
     errors: int
     saturated: bool = False
     notes: list[str] = field(default_factory=list)
+    #: Dashboard pages open during the window (`_DashboardPage`).
+    dashboard_clients: int = 0
 
 
 # =============================================================================== load generator
@@ -278,7 +280,8 @@ def _worker_main(conn: Connection, address: str, topic_of: dict[str, str]) -> No
 
 
 class _Coordinator:
-    def __init__(self, data_dir: str, topics: dict[str, int], interval_ms: int) -> None:
+    def __init__(self, data_dir: str, topics: dict[str, int], interval_ms: int, dashboard: bool = False,
+                 ) -> None:
         spec = "static:" + ",".join(f"{t}={n}" for t, n in topics.items())
         session = max(45_000, 10 * interval_ms)
         profile = os.environ.get("REGROUP_BENCH_PROFILE")  # cProfile the coordinator into this file
@@ -287,7 +290,8 @@ class _Coordinator:
             [sys.executable, *prefix, "-m", "regroup.coordinator.server", "--listen", "127.0.0.1:0",
              "--data-dir", data_dir, "--log", spec, "--metrics-port", "0",
              "--heartbeat-interval-ms", str(interval_ms), "--session-timeout-ms", str(session),
-             "--log-level", os.environ.get("REGROUP_BENCH_LOG", "WARNING")],
+             "--log-level", os.environ.get("REGROUP_BENCH_LOG", "WARNING"),
+             *(["--http", "127.0.0.1:0"] if dashboard else [])],
             stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
@@ -296,6 +300,8 @@ class _Coordinator:
             self.proc.kill()
             raise RuntimeError(f"the coordinator did not start: {line!r}")
         self.address, self.metrics_port = m.group(1), int(m.group(2))
+        page = re.search(r"; dashboard on (http://\S+/)", line)
+        self.dashboard_url = page.group(1) if page else None
 
     def cpu_seconds(self) -> float:
         with open(f"/proc/{self.proc.pid}/stat") as f:
@@ -317,6 +323,49 @@ class _Coordinator:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+
+
+class _DashboardPage:
+    """What one open dashboard page asks of the coordinator: the event stream, a re-fetch of the group
+    it shows (and the list) on each event, and the page's fallback poll every 5 s."""
+
+    def __init__(self, base_url: str, group: str) -> None:
+        import threading
+
+        self.base_url, self.group = base_url, group
+        self.events = self.fetches = 0
+        self._stop = threading.Event()
+        self._stream: Any = None
+        self._threads = [threading.Thread(target=self._listen, daemon=True),
+                         threading.Thread(target=self._poll, daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    def _fetch(self) -> None:
+        for path in ("api/groups", f"api/groups/{self.group}"):
+            with contextlib.suppress(OSError), urllib.request.urlopen(self.base_url + path, timeout=30) as r:
+                r.read()
+                self.fetches += 1
+
+    def _listen(self) -> None:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            self._stream = urllib.request.urlopen(self.base_url + "api/events", timeout=60)
+            for line in self._stream:
+                if self._stop.is_set():
+                    return
+                if line.startswith(b"event: "):
+                    self.events += 1
+                    self._fetch()
+
+    def _poll(self) -> None:
+        while not self._stop.wait(5.0):
+            self._fetch()
+
+    def close(self) -> None:
+        self._stop.set()
+        with contextlib.suppress(Exception):
+            if self._stream is not None:
+                self._stream.close()
 
 
 def _bucket_quantile(before: dict[float, float], after: dict[float, float], q: float) -> float:
@@ -349,14 +398,14 @@ def _pct(values: array[float], q: float) -> float:
 
 class _Bench:
     def __init__(self, members: int, group_size: int, interval_ms: int, processes: int,
-                 data_dir: str) -> None:
+                 data_dir: str, dashboard: bool = False) -> None:
         from regroup.rpc.client import CoordinatorClient
 
         self.group_size = group_size
         self.groups = [f"bench-{g:03d}" for g in range(math.ceil(members / group_size))]
         topics = {f"topic-{g}": 2 * group_size for g in self.groups}
         self.topic_of = {g: f"topic-{g}" for g in self.groups}
-        self.coord = _Coordinator(data_dir, topics, interval_ms)
+        self.coord = _Coordinator(data_dir, topics, interval_ms, dashboard)
         self.client = CoordinatorClient(self.coord.address, timeout_s=60)
         ctx = mp.get_context("spawn")
         self.workers: list[tuple[Any, Connection]] = []
@@ -441,6 +490,21 @@ class _Bench:
             w.notes.append("the load generator fell behind its schedule (client-bound)")
         return w
 
+    def measure_with_pages(self, pages: int, interval_ms: int, seconds: float) -> Window:
+        """The same window as `measure`, with ``pages`` dashboard pages open on the groups."""
+        assert self.coord.dashboard_url is not None
+        open_pages = [_DashboardPage(self.coord.dashboard_url, self.groups[i % len(self.groups)])
+                      for i in range(pages)]
+        try:
+            w = self.measure(interval_ms, seconds, "stream")
+        finally:
+            for p in open_pages:
+                p.close()
+        w.dashboard_clients = pages
+        w.notes.append(f"{pages} dashboard page(s): {sum(p.events for p in open_pages)} events, "
+                       f"{sum(p.fetches for p in open_pages)} JSON fetches")
+        return w
+
     def close(self) -> None:
         with contextlib.suppress(OSError, EOFError):
             self._all("stop")
@@ -461,11 +525,13 @@ def _sweep_points(members: int, interval_ms: int, sweep: bool) -> list[tuple[int
 
 def run_coordinator_bench(members: int, interval_ms: int, duration_s: float, json_output: bool, *,
                           sweep: bool = True, group_size: int = 500, processes: int = 1,
-                          compare_unary: bool = True) -> dict[str, Any]:
+                          compare_unary: bool = True, dashboard_clients: int = 0) -> dict[str, Any]:
     """Run the benchmark, print a table (or one JSON object) and return the figures.
 
     Heartbeats go on HeartbeatStream calls (as `CoordinatorClient` sends them); with ``compare_unary``
-    the largest size is measured again with one unary Heartbeat call per heartbeat.
+    the largest size is measured again with one unary Heartbeat call per heartbeat. With
+    ``dashboard_clients`` N the coordinator also serves the dashboard, and the target window is
+    measured again with N pages open (0 pages and N pages in the same run, on the same coordinator).
     """
     if members < 1 or interval_ms < 1 or duration_s <= 0:
         raise ValueError("members, interval_ms and duration_s must be positive")
@@ -473,7 +539,8 @@ def run_coordinator_bench(members: int, interval_ms: int, duration_s: float, jso
     points = _sweep_points(members, interval_ms, sweep)
     windows: list[Window] = []
     with tempfile.TemporaryDirectory(prefix="regroup-bench-") as data_dir:
-        bench = _Bench(members, min(group_size, members), interval_ms, processes, data_dir)
+        bench = _Bench(members, min(group_size, members), interval_ms, processes, data_dir,
+                       dashboard=dashboard_clients > 0)
         try:
             join_s = 0.0
             for transport in ("stream", "unary") if compare_unary else ("stream",):
@@ -490,13 +557,23 @@ def run_coordinator_bench(members: int, interval_ms: int, duration_s: float, jso
                                        f"server p99 {w.server_p99_ms} ms")
                     if w.saturated and size == members and interval <= interval_ms:
                         break  # found the saturation point; faster intervals only saturate more
+            if dashboard_clients > 0:
+                for pages in (0, dashboard_clients):  # back to back, so that both see the same state
+                    w = bench.measure(interval_ms, duration_s, "stream") if pages == 0 else \
+                        bench.measure_with_pages(pages, interval_ms, duration_s)
+                    w.transport = f"stream, {pages} pages"
+                    windows.append(w)
+                    if progress is not None:
+                        progress.print(f"  {pages} dashboard pages: server p99 {w.server_p99_ms} ms, "
+                                       f"client p99 {w.client_p99_ms} ms")
         finally:
             bench.close()
     streamed = [w for w in windows if w.transport == "stream"]
+    paged = [w for w in windows if w.transport.startswith("stream, ")]
     target = next((w for w in streamed if w.members == members and w.interval_ms == interval_ms), streamed[0])
     unsaturated = [w for w in streamed if not w.saturated]
     unary = [w for w in windows if w.transport == "unary"]
-    result = {
+    result: dict[str, Any] = {
         "members": members, "interval_ms": interval_ms, "duration_s": duration_s, "group_size": group_size,
         "groups": math.ceil(members / group_size), "loadgen_processes": processes, "cpus": os.cpu_count(),
         "durable_store": "sqlite wal, synchronous=FULL, group commit",
@@ -509,6 +586,18 @@ def run_coordinator_bench(members: int, interval_ms: int, duration_s: float, jso
         "unary_saturates_at_offered_per_s": next((w.offered_per_s for w in unary if w.saturated), None),
         "sweep": [asdict(w) for w in windows],
     }
+    if len(paged) == 2:
+        without, with_pages = paged
+        result["dashboard"] = {
+            "clients": dashboard_clients,
+            "server_p99_ms": [without.server_p99_ms, with_pages.server_p99_ms],
+            "client_p99_ms": [without.client_p99_ms, with_pages.client_p99_ms],
+            "server_cpu": [without.server_cpu, with_pages.server_cpu],
+            "client_p99_ratio": round(with_pages.client_p99_ms / without.client_p99_ms, 2)
+            if without.client_p99_ms else None,
+            "server_p99_ratio": round(with_pages.server_p99_ms / without.server_p99_ms, 2)
+            if without.server_p99_ms else None,
+        }
     if json_output:
         print(json.dumps(result))
     else:
@@ -543,6 +632,11 @@ def _print(result: dict[str, Any], windows: list[Window]) -> None:
                 f"{result['unary_max_sustained_per_s'] or 0:,.0f}/s"
                 + (f"; saturated at {result['unary_saturates_at_offered_per_s']:,.0f}/s offered."
                    if result["unary_saturates_at_offered_per_s"] else "."))
+    dash = result.get("dashboard")
+    if dash is not None:
+        c.print(f"Dashboard pages open: 0 vs {dash['clients']}: client p99 {dash['client_p99_ms'][0]} vs "
+                f"{dash['client_p99_ms'][1]} ms (x{dash['client_p99_ratio']}), server p99 "
+                f"{dash['server_p99_ms'][0]} vs {dash['server_p99_ms'][1]} ms (x{dash['server_p99_ratio']}).")
     c.print("Server and load generators share the machine's cores: CPU columns show who was busy "
             f"(1.00 = one core). Joining and converging all members took {result['join_and_converge_s']} s.")
     for w in windows:
