@@ -73,6 +73,16 @@ class ServiceOptions:
     end_offsets_timeout_s: float = 2.0
 
 
+@dataclass(frozen=True, slots=True)
+class GroupSummary:
+    group_id: str
+    state: str
+    epoch: int
+    members: int
+    #: Sum of the partitions' lags where the log end and a committed offset are known (None: nowhere).
+    lag: int | None
+
+
 class CoordinatorService:
     def __init__(
         self,
@@ -396,18 +406,22 @@ class CoordinatorService:
         ends = await self._end_offsets(topics)
         return await self._ask(lambda c: self._details(c.describe_group(gid), ends))
 
-    async def all_group_details(self) -> list[GroupDetails]:
-        """Every group's details, with one end-offset lookup for all of their topics."""
-        def described(c: Coordinator) -> list[GroupDescription]:
+    async def group_summaries(self) -> list[GroupSummary]:
+        """One line per group for the dashboard's list: cheap (no member details), one end-offset
+        lookup for all of the groups' topics."""
+        topics = sorted(self.runtime.read(
+            lambda c: {t for g in c.groups.values() for t in g.subscribed_topics}).response)
+        ends = await self._end_offsets(topics)
+
+        def summaries(c: Coordinator) -> list[GroupSummary]:
             out = []
-            for gid, _, _ in c.list_groups():
-                with contextlib.suppress(ProtocolError):
-                    out.append(c.describe_group(gid))
+            for gid, g in sorted(c.groups.items()):
+                lags = [max(0, ends[s] - o.offset) for s, o in g.offsets.items() if s in ends]
+                out.append(GroupSummary(gid, g.state.value, g.epoch, len(g.members),
+                                        sum(lags) if lags else None))
             return out
 
-        topics = sorted({t for d in self.runtime.read(described).response for t in d.subscribed_topics})
-        ends = await self._end_offsets(topics)
-        return await self._ask(lambda c: [self._details(d, ends) for d in described(c)])
+        return await self._ask(summaries)
 
     def _details(self, d: GroupDescription, ends: dict[Shard, int]) -> GroupDetails:
         gid = d.group_id

@@ -39,8 +39,3 @@ def _client_json(c: MemberClient | None) -> dict[str, Any] | None:
         return None
     return {"client_id": c.client_id, "host": c.client_host, "last_heartbeat_age_ms": c.last_heartbeat_age_ms}
 
-
-def total_lag(details: GroupDetails) -> int | None:
-    """The sum of the partitions' lags where the log end is known; None when it is known for none."""
-    known = [o.lag for o in details.offsets if o.lag is not None]
-    return sum(known) if known else None

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import queue
+import socket
 import subprocess
 import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -95,9 +98,13 @@ class EventStream:
     """Reads /api/events on a thread; each event is (name, data) in arrival order."""
 
     def __init__(self, server: ServerProc, headers: dict[str, str] | None = None) -> None:
-        req = urllib.request.Request(url(server, "api/events"), headers=headers or {})
+        assert server.dashboard_url is not None
+        parts = urllib.parse.urlsplit(server.dashboard_url)
         # The socket timeout guards every read: a stream that stops sending fails the test, not hangs it.
-        self.resp = urllib.request.urlopen(req, timeout=30)
+        self.conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=30)
+        self.conn.request("GET", "/api/events", headers=headers or {})
+        self.resp = self.conn.getresponse()
+        assert self.resp.status == 200, self.resp.status
         assert self.resp.headers["Content-Type"].startswith("text/event-stream")
         self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
         self.comments: list[str] = []
@@ -132,7 +139,12 @@ class EventStream:
                 return name, data
 
     def close(self) -> None:
-        self.resp.close()
+        # Shut the socket down rather than close the response: that would wait for the reader thread.
+        if self.conn.sock is not None:
+            self.conn.sock.shutdown(socket.SHUT_RDWR)
+        self.thread.join(timeout=10)
+        assert not self.thread.is_alive()
+        self.conn.close()
 
 
 def describe_cli(server: ServerProc, group: str) -> dict[str, Any]:
@@ -280,6 +292,8 @@ def test_token_by_header_or_by_the_cookie_the_link_sets(tmp_path: Path) -> None:
         assert get(s, "api/groups", {"Cookie": "regroup_token=s3cret"}) == (200, {"groups": []})
         stream = EventStream(s, {"Cookie": "regroup_token=s3cret"})
         wait_for(lambda: stream.comments, "the stream's first comment")
-        stream.close()
+        assert s.terminate() == 0, s.log()  # an open event stream does not hold the shutdown up
+        stream.thread.join(timeout=10)
+        assert not stream.thread.is_alive()
     finally:
         assert s.terminate() == 0, s.log()

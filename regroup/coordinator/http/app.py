@@ -18,7 +18,7 @@ import contextlib
 import hmac
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from importlib import resources
 from typing import Any
 
@@ -28,8 +28,8 @@ from regroup.coordinator.http.feed import CLOSED, Feed
 from regroup.coordinator.http.openapi import openapi_document
 from regroup.coordinator.service import CoordinatorService, unix_ms
 from regroup.protocol.errors import ErrorCode, ProtocolError
-from regroup.rpc.types import GroupDetails
-from regroup.rpc.views import group_details_json, total_lag
+from regroup.rpc.types import EpochChange
+from regroup.rpc.views import group_details_json
 
 log = logging.getLogger("regroup.coordinator.http")
 
@@ -45,10 +45,9 @@ def _error(status: int, error: str, message: str) -> web.Response:
     return web.json_response({"error": error, "message": message}, status=status)
 
 
-def rebalances_since(details: GroupDetails, since_unix_ms: int) -> int:
-    """Group epoch bumps in the group's (persisted, bounded) epoch history since that time."""
-    return sum(1 for h in details.history
-               if h.kind == "group" and h.epoch > 0 and h.at_unix_ms >= since_unix_ms)
+def rebalances_since(history: Iterable[EpochChange], since_unix_ms: int) -> int:
+    """Group epoch bumps in a group's (persisted, bounded) epoch history since that time."""
+    return sum(1 for h in history if h.kind == "group" and h.epoch > 0 and h.at_unix_ms >= since_unix_ms)
 
 
 class Dashboard:
@@ -115,10 +114,10 @@ class Dashboard:
     # ------------------------------------------------------------------ the API
     async def groups(self, _request: web.Request) -> web.StreamResponse:
         since = unix_ms() - HOUR_MS
-        rows = [{"group": d.description.group_id, "state": d.description.state.value,
-                 "epoch": d.description.epoch, "members": len(d.description.members), "lag": total_lag(d),
-                 "rebalances_last_hour": rebalances_since(d, since)}
-                for d in await self.service.all_group_details()]
+        history = self.service.history
+        rows = [{"group": g.group_id, "state": g.state, "epoch": g.epoch, "members": g.members, "lag": g.lag,
+                 "rebalances_last_hour": rebalances_since(history.of(g.group_id), since)}
+                for g in await self.service.group_summaries()]
         return web.json_response({"groups": rows})
 
     async def group(self, request: web.Request) -> web.StreamResponse:

@@ -142,10 +142,12 @@ class Feed:
         """A step that wrote records (rule 1)."""
         now = self.unix_ms()
         watched = bool(self.clients)
+        deleted: set[str] = set()
         for e in eff.epoch_events:
             if isinstance(e, GroupCreated | GroupDeleted):
                 self._groups_changed = True
                 if isinstance(e, GroupDeleted):
+                    deleted.add(e.group_id)
                     self._trails.pop(e.group_id, None)
                     self._dirty.discard(e.group_id)
             elif isinstance(e, GroupEpochBumped):
@@ -156,7 +158,7 @@ class Feed:
             self._add(trail, TimelineStep(now, f.member_id, "fenced", _names(held[0] | held[1]),
                                           self._epoch(f.group_id)))
         for r in eff.records:
-            if isinstance(r, CurrentAssignmentRecord):
+            if isinstance(r, CurrentAssignmentRecord) and r.group_id not in deleted:
                 self._assignment(self._trail(r.group_id), r.member_id, r.current, now)
             if watched:
                 gid = getattr(r, "group_id", None)
