@@ -20,6 +20,18 @@ if ! java -version 2>&1 | grep -qE 'version "(17|2[0-9])'; then
          "openjdk-17-jre-headless); everything else works without it." >&2
   fi
 fi
+# Chromium for the dashboard's browser tests (Playwright drives the system one; its own download does
+# not work offline): install Debian's package when missing and we are root.
+if ! command -v chromium >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing Chromium (for the dashboard's browser tests) with apt-get..."
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "note: Chromium was not found; the dashboard's browser tests need it (e.g. sudo apt-get" \
+         "install chromium, or set REGROUP_SKIP_BROWSER=1 to skip them)." >&2
+  fi
+fi
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi

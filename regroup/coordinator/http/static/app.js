@@ -1,0 +1,371 @@
+// The regroup dashboard: two views over the coordinator's read-only JSON API, kept live by /api/events.
+//
+// Rules:
+// 1. The coordinator is the truth: a view is drawn from one fetch of its JSON, whole. An event only
+//    says "fetch again"; the page never patches what it shows from an event's payload.
+// 2. At most one fetch in flight; events that arrive meanwhile collapse into one more fetch after it.
+// 3. Polling is only the fallback while the event stream is down, and never faster than every 5 s.
+// 4. Text reaches the DOM as text, never as HTML: group and member ids are whatever clients sent.
+// 5. Nothing is told by colour alone: every state also has its word (and a symbol in the grid).
+"use strict";
+
+(() => {
+  const FALLBACK_POLL_MS = 5000;
+  const TIMELINE_SHOWN = 300;
+  // The core's member states, in the words an operator reads on the page.
+  const MEMBER_STATE = { stable: "stable", unrevoked: "revoking", unreleased: "waiting" };
+  const CELL = {
+    owned: { symbol: "●", hint: "owns it" },
+    revoking: { symbol: "◐", hint: "told to give it up; has not released it yet" },
+    awaiting: { symbol: "○", hint: "assigned; waits for the previous owner to release it" },
+  };
+  const STEP = {
+    joined: "joined", left: "left", fenced: "fenced", revoking: "revoking", released: "released",
+    granted: "granted",
+  };
+
+  const view = document.getElementById("view");
+  const live = document.getElementById("live");
+  let route = parseRoute();
+  let loading = false;
+  let again = false;
+  let pollTimer = null;
+
+  // ------------------------------------------------------------------ DOM helpers
+  function h(tag, attrs, ...children) {
+    const el = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === null || v === undefined || v === false) continue;
+      if (k === "text") el.textContent = String(v);
+      else el.setAttribute(k, v === true ? "" : String(v));
+    }
+    for (const c of children.flat()) {
+      if (c === null || c === undefined || c === false) continue;
+      el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    }
+    return el;
+  }
+
+  function num(n) {
+    return n === null || n === undefined ? h("span", { class: "muted", title: "not known" }, "—")
+      : Number(n).toLocaleString("en-US");
+  }
+
+  function clock(ms) {
+    const d = new Date(ms);
+    const pad = (x, w) => String(x).padStart(w, "0");
+    return h("time", { datetime: d.toISOString(), title: d.toISOString() },
+      `${pad(d.getHours(), 2)}:${pad(d.getMinutes(), 2)}:${pad(d.getSeconds(), 2)}.${pad(d.getMilliseconds(), 3)}`);
+  }
+
+  function badge(kind, word) {
+    return h("span", { class: "badge", "data-state": kind }, word);
+  }
+
+  function table(caption, headers, rows, attrs) {
+    return h("div", { class: "scroll" },
+      h("table", attrs || {},
+        h("caption", {}, caption),
+        h("thead", {}, h("tr", {}, headers.map((x) => (x instanceof Node ? x : h("th", { scope: "col" }, x))))),
+        h("tbody", {}, rows)));
+  }
+
+  // ------------------------------------------------------------------ routes
+  function parseRoute() {
+    const m = /^#\/group\/(.+)$/.exec(location.hash);
+    if (!m) return { kind: "groups" };
+    try {
+      return { kind: "group", id: decodeURIComponent(m[1]) };
+    } catch (_e) {
+      return { kind: "groups" };
+    }
+  }
+
+  function groupHref(id) {
+    return `#/group/${encodeURIComponent(id)}`;
+  }
+
+  // ------------------------------------------------------------------ loading
+  async function getJSON(path) {
+    const r = await fetch(path, { headers: { Accept: "application/json" }, credentials: "same-origin" });
+    let body = null;
+    try {
+      body = await r.json();
+    } catch (_e) {
+      body = null;
+    }
+    return { status: r.status, body };
+  }
+
+  async function refresh() {
+    if (loading) {
+      again = true;
+      return;
+    }
+    loading = true;
+    try {
+      do {
+        again = false;
+        await load(route);
+      } while (again);
+    } finally {
+      loading = false;
+    }
+  }
+
+  async function load(forRoute) {
+    let res;
+    try {
+      res = await getJSON(forRoute.kind === "group" ? `/api/groups/${encodeURIComponent(forRoute.id)}` : "/api/groups");
+    } catch (_e) {
+      if (forRoute === route) showProblem("The coordinator does not answer; retrying.");
+      return;
+    }
+    if (forRoute !== route) return; // the reader moved on meanwhile
+    if (res.status === 401) {
+      showProblem("This dashboard needs the coordinator's token: open /?token=TOKEN once in this browser.");
+    } else if (res.status !== 200) {
+      const msg = res.body && res.body.message ? res.body.message : `HTTP ${res.status}`;
+      showProblem(forRoute.kind === "group" ? `No group ${JSON.stringify(forRoute.id)}: ${msg}` : msg);
+    } else {
+      try {
+        draw(forRoute.kind === "group" ? groupView(res.body) : groupsView(res.body.groups));
+      } catch (e) {
+        // Never a view stuck on "Loading…": say so on the page, and in the console for whoever debugs it.
+        console.error("regroup dashboard: could not draw the view", e);
+        showProblem(`The page could not draw this view (${e}); the JSON is at the API.`);
+      }
+    }
+  }
+
+  function draw(content) {
+    const keepScroll = window.scrollY;
+    const focusedId = document.activeElement && document.activeElement.id;
+    view.replaceChildren(...[content].flat());
+    window.scrollTo(0, keepScroll);
+    if (focusedId) {
+      const el = document.getElementById(focusedId);
+      if (el) el.focus();
+    }
+  }
+
+  function showProblem(text) {
+    draw([h("p", { class: "problem", role: "alert" }, text), h("p", {}, h("a", { href: "#/" }, "All groups"))]);
+  }
+
+  function updated() {
+    return h("p", { class: "muted updated" }, "Updated ", clock(Date.now()));
+  }
+
+  // ------------------------------------------------------------------ the groups view
+  function groupsView(groups) {
+    const rows = groups.map((g) => h("tr", { "data-group": g.group },
+      h("th", { scope: "row" }, h("a", { href: groupHref(g.group) }, g.group)),
+      h("td", {}, badge(g.state, g.state)),
+      h("td", { class: "n" }, num(g.epoch)),
+      h("td", { class: "n" }, num(g.members)),
+      h("td", { class: "n" }, num(g.lag)),
+      h("td", { class: "n" }, num(g.rebalances_last_hour))));
+    return [
+      h("h1", {}, "Consumer groups"),
+      groups.length === 0
+        ? h("p", { class: "muted", id: "no-groups" }, "No groups yet: they appear here when a member joins.")
+        : table("Every group this coordinator owns", ["Group", "State", "Epoch", "Members", "Total lag",
+          "Rebalances (last hour)"], rows, { id: "groups" }),
+      updated(),
+    ];
+  }
+
+  // ------------------------------------------------------------------ the group view
+  function splitPartition(p) {
+    const i = p.lastIndexOf("-");
+    return i < 0 ? [p, -1] : [p.slice(0, i), Number(p.slice(i + 1))];
+  }
+
+  function byPartition(a, b) {
+    const [ta, pa] = splitPartition(a);
+    const [tb, pb] = splitPartition(b);
+    return ta < tb ? -1 : ta > tb ? 1 : pa - pb;
+  }
+
+  // What one member holds of one partition. Streams roles (active, standby, warm-up with its lag) and
+  // key ranges are further marks of the same cell when the coordinator reports them.
+  function marksOf(member, partition) {
+    if (member.pending_revocation.includes(partition)) return ["revoking"];
+    if (member.assigned.includes(partition)) return ["owned"];
+    if (member.awaiting.includes(partition)) return ["awaiting"];
+    return [];
+  }
+
+  function memberLabel(m) {
+    return m.instance_id ? `${m.member_id} (${m.instance_id})` : m.member_id;
+  }
+
+  function membersTable(g) {
+    const rows = g.members.map((m) => h("tr", { "data-member": m.member_id },
+      h("th", { scope: "row", class: "id" }, m.member_id),
+      h("td", {}, m.instance_id || h("span", { class: "muted" }, "—")),
+      h("td", {}, m.client && m.client.client_id ? m.client.client_id : h("span", { class: "muted" }, "—")),
+      h("td", {}, m.client && m.client.host ? m.client.host : h("span", { class: "muted" }, "—")),
+      h("td", { class: "n" }, num(m.epoch)),
+      h("td", {}, badge(m.state, MEMBER_STATE[m.state] || m.state)),
+      h("td", { class: "n" }, num(m.assigned.length + m.pending_revocation.length))));
+    return h("section", { "aria-labelledby": "members-h" },
+      h("h2", { id: "members-h" }, `Members (${g.members.length})`),
+      g.members.length === 0 ? h("p", { class: "muted" }, "No members.")
+        : table("Members: who they are and where each stands in the rebalance",
+          ["Member", "Instance", "Client", "Host", "Epoch", "State", "Partitions"], rows, { id: "members" }));
+  }
+
+  function assignmentGrid(g) {
+    const offsets = new Map(g.offsets.map((o) => [o.partition, o]));
+    const all = new Set(g.offsets.map((o) => o.partition));
+    for (const m of g.members) {
+      for (const p of [...m.assigned, ...m.pending_revocation, ...m.awaiting]) all.add(p);
+    }
+    const partitions = [...all].sort(byPartition);
+    const head = [h("th", { scope: "col" }, "Partition"),
+      ...g.members.map((m) => h("th", { scope: "col", class: "member", title: memberLabel(m) }, memberLabel(m))),
+      h("th", { scope: "col" }, "Committed"), h("th", { scope: "col" }, "End offset"),
+      h("th", { scope: "col" }, "Lag")];
+    const rows = partitions.map((p) => {
+      const o = offsets.get(p) || {};
+      const owners = g.members.map((m) => {
+        const marks = marksOf(m, p);
+        return h("td", { class: "cell", "data-member": m.member_id, "data-cell": marks.join(" ") || null },
+          marks.map((k) => h("span", { class: "mark", title: CELL[k].hint },
+            h("span", { "aria-hidden": "true" }, CELL[k].symbol), ` ${k}`)));
+      });
+      return h("tr", { "data-partition": p },
+        h("th", { scope: "row" }, p), owners,
+        h("td", { class: "n" }, num(o.committed)), h("td", { class: "n" }, num(o.log_end_offset)),
+        h("td", { class: "n" }, num(o.lag)));
+    });
+    return h("section", { "aria-labelledby": "assignment-h" },
+      h("h2", { id: "assignment-h" }, "Assignment"),
+      partitions.length === 0 ? h("p", { class: "muted" }, "No partitions assigned or committed yet.")
+        : table("Partitions × members, with each partition's offsets", head, rows, { id: "grid" }),
+      h("p", { class: "legend" },
+        ...Object.entries(CELL).map(([k, c]) => h("span", {}, h("span", { "aria-hidden": "true" }, c.symbol),
+          ` ${k}: ${c.hint}. `)),
+        "Streams roles (active, standby, warm-up with its lag) and key ranges will show in the same cells."));
+  }
+
+  function stepText(s) {
+    const parts = s.partitions.length ? ` ${s.partitions.join(", ")}` : "";
+    let handoff = "";
+    if (s.handoff_ms !== null && s.handoff_ms !== undefined) {
+      handoff = s.step === "released" ? ` — released ${s.handoff_ms} ms after the request`
+        : ` — hand-off ${s.handoff_ms} ms`;
+    }
+    return `${parts}${handoff}`;
+  }
+
+  function timeline(g) {
+    const items = [
+      ...g.history.map((e) => ({ at: e.at_unix_ms, bump: e })),
+      ...g.timeline.map((s) => ({ at: s.at_unix_ms, step: s })),
+    ];
+    // Oldest first as the API gives them, a bump before the steps it caused at the same millisecond.
+    items.sort((a, b) => a.at - b.at || (a.bump ? 0 : 1) - (b.bump ? 0 : 1));
+    const shown = items.slice(-TIMELINE_SHOWN).reverse();
+    const lis = shown.map((it) => {
+      if (it.bump) {
+        const e = it.bump;
+        const what = e.kind === "group" ? `Group epoch ${e.epoch}` : `Target assignment for epoch ${e.epoch}`;
+        return h("li", { class: "bump", "data-kind": e.kind, "data-epoch": e.epoch },
+          clock(e.at_unix_ms), " ", h("strong", {}, what), e.cause ? `: ${e.cause}` : "");
+      }
+      const s = it.step;
+      return h("li", { class: "step", "data-step": s.step, "data-member": s.member_id },
+        clock(s.at_unix_ms), " ", h("span", { class: "who" }, s.member_id), " ",
+        badge(s.step, STEP[s.step] || s.step), stepText(s), h("span", { class: "muted" }, ` (epoch ${s.epoch})`));
+    });
+    return h("section", { "aria-labelledby": "timeline-h", class: "timeline-section" },
+      h("h2", { id: "timeline-h" }, "Epoch history and hand-offs"),
+      h("p", { class: "muted" }, "Newest first. Each epoch bump with its cause; each member's steps " +
+        "(revoking → released → granted) with how long each hand-off took."),
+      lis.length === 0 ? h("p", { class: "muted" }, "Nothing yet.")
+        : h("ol", { id: "timeline", class: "timeline", reversed: true, "aria-live": "polite" }, lis));
+  }
+
+  // Each subscribed topic with how many members subscribe to it.
+  function topicsText(topics) {
+    const names = Object.keys(topics).sort();
+    return names.length === 0 ? "—" : names.map((t) => `${t} (${topics[t]})`).join(", ");
+  }
+
+  function groupView(g) {
+    const lag = g.offsets.some((o) => o.lag !== null)
+      ? g.offsets.reduce((acc, o) => acc + (o.lag || 0), 0) : null;
+    const summary = h("dl", { class: "summary" },
+      h("div", {}, h("dt", {}, "State"), h("dd", { id: "group-state" }, badge(g.state, g.state))),
+      h("div", {}, h("dt", {}, "Epoch"), h("dd", { id: "group-epoch" }, String(g.epoch))),
+      h("div", {}, h("dt", {}, "Target epoch"), h("dd", {}, String(g.target_epoch))),
+      h("div", {}, h("dt", {}, "Assignor"), h("dd", {}, g.assignor || "—")),
+      h("div", {}, h("dt", {}, "Topics"), h("dd", {}, topicsText(g.subscribed_topics))),
+      h("div", {}, h("dt", {}, "Total lag"), h("dd", {}, num(lag))));
+    return [
+      h("p", { class: "crumbs" }, h("a", { href: "#/" }, "Groups"), " / "),
+      h("h1", {}, "Group ", h("span", { class: "id", id: "group-id" }, g.group)),
+      summary,
+      h("div", { class: "columns" },
+        h("div", {}, membersTable(g), assignmentGrid(g)),
+        timeline(g)),
+      updated(),
+    ];
+  }
+
+  // ------------------------------------------------------------------ live updates
+  function setLive(state, text) {
+    live.dataset.live = state;
+    live.textContent = text;
+  }
+
+  function startFallbackPoll() {
+    if (pollTimer === null) pollTimer = setInterval(refresh, FALLBACK_POLL_MS);
+  }
+
+  function stopFallbackPoll() {
+    if (pollTimer !== null) clearInterval(pollTimer);
+    pollTimer = null;
+  }
+
+  function connect() {
+    if (typeof EventSource === "undefined") {
+      setLive("polling", `updates every ${FALLBACK_POLL_MS / 1000} s`);
+      startFallbackPoll();
+      return;
+    }
+    const events = new EventSource("/api/events");
+    events.addEventListener("open", () => {
+      setLive("live", "live");
+      stopFallbackPoll();
+      refresh(); // whatever changed while the stream was down
+    });
+    events.addEventListener("error", () => {
+      // EventSource reconnects by itself; until then the view still refreshes, slowly.
+      setLive("down", "reconnecting…");
+      startFallbackPoll();
+    });
+    events.addEventListener("group", (e) => {
+      let data = null;
+      try {
+        data = JSON.parse(e.data);
+      } catch (_e) {
+        return;
+      }
+      if (route.kind === "groups" || (data && data.group === route.id)) refresh();
+    });
+    events.addEventListener("groups", () => refresh());
+  }
+
+  window.addEventListener("hashchange", () => {
+    route = parseRoute();
+    view.replaceChildren(h("p", { class: "muted" }, "Loading…"));
+    refresh().then(() => view.focus({ preventScroll: true }));
+  });
+
+  refresh();
+  connect();
+})();
