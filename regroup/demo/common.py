@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -122,11 +123,24 @@ class Workload:
 
 
 def start_demo_coordinator(root: Path, log_spec: str, session_timeout_ms: int,
-                           heartbeat_interval_ms: int) -> tuple[subprocess.Popen[str], str]:
-    """The demo's coordinator process (its own data dir under ``root``); returns it and HOST:PORT."""
-    return start_coordinator(root / "coordinator", "--log", log_spec,
-                             "--session-timeout-ms", str(session_timeout_ms),
-                             "--heartbeat-interval-ms", str(heartbeat_interval_ms))
+                           heartbeat_interval_ms: int) -> tuple[subprocess.Popen[str], str, str]:
+    """The demo's coordinator process (its own data dir under ``root``) with its dashboard on loopback;
+    returns it, its HOST:PORT and the dashboard's URL."""
+    # The dashboard's port is chosen here, not by the coordinator (port 0), because start_coordinator
+    # returns only the rpc address from the start-up line. Another process could take the port in the
+    # moment between; the coordinator would then fail to start, and say so.
+    port = _free_loopback_port()
+    proc, addr = start_coordinator(root / "coordinator", "--log", log_spec,
+                                   "--session-timeout-ms", str(session_timeout_ms),
+                                   "--heartbeat-interval-ms", str(heartbeat_interval_ms),
+                                   "--http", f"127.0.0.1:{port}")
+    return proc, addr, f"http://127.0.0.1:{port}/"
+
+
+def _free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def group_epoch(client: CoordinatorClient, group: str = GROUP) -> int:

@@ -49,6 +49,7 @@ class Demo:
     partitions: int
     rate: int
     coordinator_addr: str = ""
+    dashboard_url: str = ""
     coordinator: subprocess.Popen[str] | None = None
     members: dict[str, Member] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
@@ -103,7 +104,10 @@ def _count_new(member: Member) -> int:
 
 
 def _table(demo: Demo, client: CoordinatorClient, phase: str, elapsed: float) -> Table:
-    table = Table(title=f"regroup demo · {elapsed:5.1f} s · {phase} · produced {demo.produced:,}")
+    title = f"regroup demo · {elapsed:5.1f} s · {phase} · produced {demo.produced:,}"
+    if demo.dashboard_url:
+        title += f"\ndashboard: {demo.dashboard_url}"
+    table = Table(title=title)
     for col in ("member", "instance", "epoch", "state", "partitions", "records/s", "processed"):
         table.add_column(col)
     try:
@@ -159,8 +163,10 @@ def run_consumer_demo(members: int = 3, partitions: int = 12, rate: int = 2_000,
     log = open_log(str(demo.log_dir))
     log.create_topic(TOPIC, partitions)
     log.close()
-    demo.coordinator, demo.coordinator_addr = start_demo_coordinator(root, str(demo.log_dir), 10_000, 2_000)
+    demo.coordinator, demo.coordinator_addr, demo.dashboard_url = start_demo_coordinator(
+        root, str(demo.log_dir), 10_000, 2_000)
     console = Console(stderr=json_output)
+    console.print(f"dashboard: {demo.dashboard_url} (while the demo runs)")
     stop = threading.Event()
     producer = threading.Thread(target=demo.workload.run, args=(stop,), daemon=True)
     static_name = None

@@ -31,6 +31,8 @@ class ReportData:
     event_header: Sequence[str]
     event_rows: Sequence[Sequence[str]]
     notes: Sequence[str] = ()
+    #: The coordinator's dashboard during the run (it stops with the demo's coordinator).
+    dashboard_url: str | None = None
 
 
 def ownership_segments(ownership: Sequence[tuple[float, Mapping[int, str], Set[int]]],
@@ -130,6 +132,14 @@ def _table(header: Sequence[str] | None, rows: Sequence[Sequence[str]]) -> str:
     return f"<table>{head}<tbody>{body}</tbody></table>"
 
 
+def _dashboard_link(url: str | None) -> str:
+    if url is None:
+        return ""
+    href = html.escape(url, quote=True)
+    return (f'<p>The group as it rebalanced, live: <a href="{href}">the coordinator\'s dashboard</a> '
+            f"({html.escape(url)}; it answers only while the demo runs).</p>")
+
+
 def _html(data: ReportData, png: Path) -> str:
     image = base64.b64encode(png.read_bytes()).decode()  # inline: the page stands on its own
     return f"""<!doctype html>
@@ -138,6 +148,7 @@ def _html(data: ReportData, png: Path) -> str:
 table{{border-collapse:collapse;margin:1em 0}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left}}
 th{{background:#f3f3f3}}img{{max-width:100%}}</style></head>
 <body><h1>{html.escape(data.title)}</h1>
+{_dashboard_link(data.dashboard_url)}
 <h2>Results</h2>{_table(None, data.summary)}
 <h2>Events</h2>{_table(data.event_header, data.event_rows)}
 {"".join(f"<p>{html.escape(n)}</p>" for n in data.notes)}

@@ -42,6 +42,8 @@ def live_table(demo: SparkDemo) -> Table:
     elapsed = time.time() - demo.t0
     produced = demo.workload.produced if demo.workload else 0
     title = f"regroup · PySpark demo · {elapsed:5.1f} s · {demo.phase} · produced {produced:,}"
+    if demo.processes.dashboard_url:
+        title += f"\ndashboard: {demo.processes.dashboard_url}"
     table = Table(title=title, title_justify="left", caption_justify="left")
     for col in ("member", "instance", "process", "epoch", "partitions", "batches", "records/s",
                 "processed", "last batch"):

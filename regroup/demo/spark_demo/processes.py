@@ -136,6 +136,8 @@ class Processes:
         self.root, self.log_spec, self.topic = root, log_spec, topic
         self.out = root / "out"
         self.addr = ""
+        #: The coordinator's dashboard (on loopback), once it runs.
+        self.dashboard_url = ""
         self.coordinator: subprocess.Popen[str] | None = None
         self.client: CoordinatorClient | None = None
         self.procs: list[Proc] = []
@@ -151,8 +153,8 @@ class Processes:
             log.create_topic(self.topic, partitions)
         finally:
             log.close()
-        self.coordinator, self.addr = start_demo_coordinator(self.root, self.log_spec, session_timeout_ms,
-                                                             HEARTBEAT_INTERVAL_MS)
+        self.coordinator, self.addr, self.dashboard_url = start_demo_coordinator(
+            self.root, self.log_spec, session_timeout_ms, HEARTBEAT_INTERVAL_MS)
         self.client = CoordinatorClient(self.addr)
 
     # ------------------------------------------------------------------ the producer

@@ -98,6 +98,7 @@ def _run(demo: SparkDemo, cfg: DemoConfig, console: Console,
          json_output: bool) -> tuple[bool, tuple[EpochChange, ...]]:
     """The run itself, watched live: start, produce, the events, drain. Returns (drained, epochs)."""
     demo.processes.start_coordinator(cfg.partitions, cfg.session_timeout_ms)
+    console.print(f"dashboard: {demo.processes.dashboard_url} (while the demo runs)")
     with Live(console=console, refresh_per_second=4, transient=json_output) as live:
         demo.redraw = lambda: live.update(live_table(demo))
         drained = play(demo, cfg)
@@ -151,7 +152,7 @@ def _write_report(demo: SparkDemo, result: DemoResult, directory: Path) -> dict[
         ownership=[(s.t, s.owners, s.absent) for s in demo.watch.samples if s.t >= demo.t0 - 5],
         batches=batches, events=[(e.at, EVENT_LABELS[e.kind]) for e in demo.events],
         summary=summary_rows(result), event_header=EVENT_HEADER, event_rows=event_rows(result),
-        notes=REPORT_NOTES)
+        notes=REPORT_NOTES, dashboard_url=demo.processes.dashboard_url or None)
     return write_report(directory, data)
 
 
