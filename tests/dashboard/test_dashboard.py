@@ -26,7 +26,8 @@ from tests.coordinator.server_proc import ServerProc, start_server
 from tests.coordinator.test_server import M, settle
 from tests.dashboard.conftest import Tab
 
-pytestmark = pytest.mark.slow
+# Slow, and one Chromium at a time on a 2-core machine (the xdist group keeps them on one worker).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
 
 PARTITIONS = 4
 #: A short session so that a killed member is fenced within seconds.
