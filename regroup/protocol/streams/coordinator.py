@@ -171,6 +171,7 @@ class StreamsGroups:
         for r in records:
             apply(self.groups, r)
         for gid, group in sorted(self.groups.items()):
+            self.lags[gid] = LagBook()
             for mid in sorted(group.members):
                 self._touch(gid, mid, now)
                 cur = group.current[mid]

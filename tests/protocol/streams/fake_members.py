@@ -60,9 +60,13 @@ class Deployment:
     committed: dict[str, dict[Shard, int]] = field(default_factory=dict)
     #: process id -> task -> offset its local copy reached.
     disks: dict[str, dict[TaskId, int]] = field(default_factory=dict)
+    #: member id -> process id, for every member that ever joined.
+    process_of: dict[str, str] = field(default_factory=dict)
     members: dict[str, Member] = field(default_factory=dict)
     records: list[object] = field(default_factory=list)
     outcomes: list[Outcome[StreamsHeartbeatResponse]] = field(default_factory=list)
+    #: member id -> the positions its last accepted heartbeat reported (what the coordinator knows).
+    reported: dict[str, dict[TaskId, int]] = field(default_factory=dict)
     sg: StreamsGroups = field(init=False)
 
     def __post_init__(self) -> None:
@@ -73,6 +77,7 @@ class Deployment:
     # -- the members' side ------------------------------------------------------------------
     def join(self, member_id: str, process_id: str, instance_id: str | None = None) -> Member:
         m = Member(member_id, process_id, instance_id)
+        self.process_of[member_id] = process_id
         self.members[member_id] = m
         self.disks.setdefault(process_id, {})
         self.heartbeat(member_id)
@@ -81,13 +86,16 @@ class Deployment:
     def heartbeat(self, member_id: str) -> StreamsHeartbeatResponse:
         m = self.members[member_id]
         joining = m.epoch == 0
+        disk = dict(self.disks[m.process_id])
         req = StreamsHeartbeatRequest(
             GROUP, m.member_id, m.epoch, instance_id=m.instance_id, process_id=m.process_id,
             rebalance_timeout_ms=REBALANCE_MS if joining else None,
             topology=TOPOLOGY if joining else None, owned=m.owned,
-            task_offsets={t: {source(t): pos} for t, pos in self.disks[m.process_id].items()})
+            task_offsets={t: {source(t): pos} for t, pos in disk.items()})
         resp = self.keep(self.sg.heartbeat(req, self.now))
         m.last = resp
+        if resp.error is ErrorCode.NONE:
+            self.reported[member_id] = disk
         if resp.error in (ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID):
             m.epoch, m.owned = 0, NO_TASKS  # close every task, keep the disk, rejoin
         elif resp.error is ErrorCode.NONE:
@@ -134,6 +142,7 @@ class Deployment:
         old = self.sg
         history = old.snapshot() if from_snapshot else list(self.records)
         self.sg = StreamsGroups(old.config, old.topics, old.offsets)
+        self.reported.clear()  # soft state: lost with the coordinator
         self.sg.recover(history, self.now)  # type: ignore[arg-type]
 
     def settle(self, rounds: int = 20, restore: bool = True) -> int:
@@ -160,6 +169,14 @@ class Deployment:
                 assert t not in out, f"{t} active on {out[t]} and {mid}"
                 out[t] = mid
         return out
+
+    def reported_lag(self, process_id: str, t: TaskId, members: set[str]) -> int | None:
+        """The smallest lag any of ``members`` of ``process_id`` last reported for ``t``."""
+        end = self.committed[GROUP].get(source(t))
+        lags = [max(0, (end or 0) - r[t]) if end is not None else 0
+                for mid, r in self.reported.items()
+                if mid in members and t in r and self.process_of.get(mid) == process_id]
+        return min(lags) if lags else None
 
     def target(self, member_id: str) -> MemberTasks:
         return self.group().member_target(member_id)
