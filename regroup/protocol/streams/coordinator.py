@@ -42,7 +42,6 @@ from regroup.protocol.causes import (
     SubscribedTopicsChanged,
     TargetInstalled,
     TopologyChanged,
-    WarmupCaughtUp,
 )
 from regroup.protocol.config import CoordinatorConfig
 from regroup.protocol.coordinator import Outcome
@@ -53,16 +52,11 @@ from regroup.protocol.streams.assignment import (
     NO_TASKS,
     AssignmentConfig,
     MemberTasks,
-    ProcessSpec,
-    TaskAssignmentSpec,
-    validate_task_assignment,
 )
-from regroup.protocol.streams.assignor import HighlyAvailableAssignor
 from regroup.protocol.streams.describe import StreamsGroupDescription, describe
 from regroup.protocol.streams.fencing import check_epoch, check_instance, static_predecessor, validate
-from regroup.protocol.streams.lags import CommittedOffsets, LagBook, ProcessLags, no_offsets
+from regroup.protocol.streams.lags import CommittedOffsets, LagBook, no_offsets
 from regroup.protocol.streams.messages import (
-    GroupStatus,
     StreamsHeartbeatRequest,
     StreamsHeartbeatResponse,
 )
@@ -81,14 +75,14 @@ from regroup.protocol.streams.records import (
     TopologyRecord,
 )
 from regroup.protocol.streams.state import StreamsGroup, apply, held
-from regroup.protocol.streams.topology import TaskId, TopologyReady, configure
+from regroup.protocol.streams.target import ASSIGNOR, caught_up, group_status, new_target
+from regroup.protocol.streams.topology import TaskId
 from regroup.protocol.timers import DueTimer, MemberKey, TimerKind, Timers
 from regroup.protocol.topics import TopicMetadata
 
 __all__ = ["StreamsConfig", "StreamsGroups"]
 
 T = TypeVar("T")
-_ASSIGNOR = HighlyAvailableAssignor()
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,7 +279,9 @@ class StreamsGroups:
         if req.task_offsets is not None:
             book.report(mid, req.task_offsets)
         bump = self._source_topics_changed(ch, group) or bump
-        caught = self._caught_up(group, mid, book)
+        config = self.config_for(gid)
+        caught = caught_up(group, mid, book.process_lags(group, self.offsets).get(new_meta.process_id, {}),
+                           book.seen, config.acceptable_recovery_lag)
         if caught:
             ch.pending.extend(caught)
             bump = True
@@ -310,7 +306,7 @@ class StreamsGroups:
             req.owned is not None and req.owned != nxt.assigned)
         return ch.outcome(StreamsHeartbeatResponse(
             ErrorCode.NONE, "", mid, nxt.epoch, self.limits.heartbeat_interval_ms,
-            nxt.assigned if send else None, self._status(group)))
+            nxt.assigned if send else None, group_status(group)))
 
     def _merged(self, base: StreamsMember | None, req: StreamsHeartbeatRequest) -> StreamsMember:
         timeout = req.rebalance_timeout_ms if req.rebalance_timeout_ms is not None else (
@@ -330,27 +326,6 @@ class StreamsGroups:
         if old_target is not None:
             ch.emit(StreamsTargetRecord(gid, new, old_target))
         ch.emit(StreamsCurrentRecord(gid, new, _returned(old_cur)))
-
-    def _caught_up(self, group: StreamsGroup, mid: str, book: LagBook) -> list[BumpCause]:
-        """Warm-ups (and standbys seen lagging) of this member that its report shows caught up."""
-        target = group.member_target(mid)
-        if group.epoch > group.target_epoch or (not target.warmup and not target.standby):
-            return []
-        limit = self.config_for(group.group_id).acceptable_recovery_lag
-        pid = group.members[mid].process_id
-        lags = book.process_lags(group, self.offsets).get(pid, {})
-        out: list[BumpCause] = []
-        for task in sorted(target.warmup | target.standby):
-            lag = lags.get(task)
-            if lag is None or lag > limit:
-                continue
-            seen = book.seen.get((pid, task))
-            if seen is not None and seen <= limit:
-                continue  # the target already counted on it
-            if seen is None and task not in target.warmup:
-                continue  # a standby's first report after a restart is no news
-            out.append(WarmupCaughtUp(mid, str(task), lag))
-        return out
 
     # ---------------------------------------------------------------- leaving
     def _leave(self, req: StreamsHeartbeatRequest, now: int) -> Outcome[StreamsHeartbeatResponse]:
@@ -420,29 +395,14 @@ class StreamsGroups:
         ch.pending.append(SubscribedTopicsChanged(counts))
         return True
 
-    def _status(self, group: StreamsGroup) -> GroupStatus:
-        if group.topology is None:
-            return GroupStatus(False, ("the group has no topology yet",))
-        configured = configure(group.topology, TopicMetadata(group.source_topics))
-        if isinstance(configured, TopologyReady):
-            return GroupStatus()
-        return GroupStatus(False, configured.reasons)
-
     def _maybe_update_target(self, ch: _Changes, group: StreamsGroup) -> None:
         if group.epoch <= group.target_epoch or not group.members:
             return
         gid = group.group_id
-        configured = configure(group.topology, TopicMetadata(group.source_topics)) \
-            if group.topology is not None else None
         book = self.lags.setdefault(gid, LagBook())
-        if not isinstance(configured, TopologyReady):
-            target = {mid: NO_TASKS for mid in group.members}
-        else:
-            lags = book.process_lags(group, self.offsets)
-            spec = _spec(group, frozenset(configured.tasks), lags,
-                         self.config_for(gid).assignment())
-            target = validate_task_assignment(spec, _ASSIGNOR.assign(spec))
-            book.remember(lags)
+        lags = book.process_lags(group, self.offsets)
+        target = new_target(group, lags, self.config_for(gid).assignment())
+        book.remember(lags)
         changed = 0
         for mid in sorted(group.members):
             tasks = target.get(mid, NO_TASKS)
@@ -451,7 +411,7 @@ class StreamsGroups:
                 ch.wake.add((gid, mid))
                 changed += 1
         ch.emit(StreamsTargetEpochRecord(gid, group.epoch))
-        ch.events.append(TargetInstalled(gid, group.epoch, _ASSIGNOR.name, changed))
+        ch.events.append(TargetInstalled(gid, group.epoch, ASSIGNOR.name, changed))
 
     def _wake_waiters(self, ch: _Changes, group: StreamsGroup, released: frozenset[TaskId]) -> None:
         if not released:
@@ -519,18 +479,8 @@ class StreamsGroups:
         if group is None:
             raise ProtocolError(ErrorCode.GROUP_ID_NOT_FOUND, f"streams group {group_id!r} does not exist")
         book = self.lags.get(group_id, LagBook())
-        return describe(group, self._status(group), book.process_lags(group, self.offsets),
+        return describe(group, group_status(group), book.process_lags(group, self.offsets),
                         self.config_for(group_id).acceptable_recovery_lag)
-
-
-def _spec(group: StreamsGroup, tasks: frozenset[TaskId], lags: ProcessLags,
-          config: AssignmentConfig) -> TaskAssignmentSpec:
-    members: dict[str, dict[str, MemberTasks]] = {}
-    for mid, m in sorted(group.members.items()):
-        members.setdefault(m.process_id, {})[mid] = group.member_target(mid)
-    processes = {pid: ProcessSpec(pid, ms, {t: lag for t, lag in lags.get(pid, {}).items() if t in tasks})
-                 for pid, ms in members.items()}
-    return TaskAssignmentSpec(tasks, processes, config)
 
 
 def _blocker(group: StreamsGroup, mid: str) -> Callable[[TaskId, str], bool]:
