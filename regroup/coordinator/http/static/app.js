@@ -11,6 +11,8 @@
 
 (() => {
   const FALLBACK_POLL_MS = 5000;
+  // Events for many groups would otherwise keep the list view fetching back to back.
+  const MIN_REFETCH_MS = 250;
   const TIMELINE_SHOWN = 300;
   // The core's member states, in the words an operator reads on the page.
   const MEMBER_STATE = { stable: "stable", unrevoked: "revoking", unreleased: "waiting" };
@@ -106,7 +108,10 @@
     try {
       do {
         again = false;
+        const started = Date.now();
         await load(route);
+        const wait = Math.max(0, started + MIN_REFETCH_MS - Date.now());
+        if (again && wait > 0) await new Promise((done) => setTimeout(done, wait));
       } while (again);
     } finally {
       loading = false;
@@ -286,7 +291,7 @@
       h("p", { class: "muted" }, "Newest first. Each epoch bump with its cause; each member's steps " +
         "(revoking → released → granted) with how long each hand-off took."),
       lis.length === 0 ? h("p", { class: "muted" }, "Nothing yet.")
-        : h("ol", { id: "timeline", class: "timeline", reversed: true, "aria-live": "polite" }, lis));
+        : h("ol", { id: "timeline", class: "timeline", reversed: true }, lis));
   }
 
   // Each subscribed topic with how many members subscribe to it.
