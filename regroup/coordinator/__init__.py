@@ -1,4 +1,5 @@
-"""The coordinator service shell: gRPC server, durable record store, timers, topic metadata, metrics.
+"""The coordinator service shell: gRPC server, durable record store, timers, topic metadata, metrics,
+and the optional dashboard.
 
 | module | job |
 |---|---|
@@ -12,6 +13,7 @@
 | `sources` | topic metadata sources and their refresh |
 | `watch` | open Watch streams (nudges) |
 | `metrics`, `auth` | Prometheus metrics; token interceptor and TLS |
+| `http` | the dashboard (`--http`): routes and access, live events and timelines, OpenAPI |
 
 docs/operations.md explains how to run and operate it.
 """

@@ -297,3 +297,12 @@ def test_token_by_header_or_by_the_cookie_the_link_sets(tmp_path: Path) -> None:
         assert not stream.thread.is_alive()
     finally:
         assert s.terminate() == 0, s.log()
+
+
+def test_a_group_id_is_url_encoded_in_the_path(server: ServerProc, client: CoordinatorClient) -> None:
+    for gid in ("dash/a b", "dash-ü%x"):
+        m = M(gid, "m1")
+        m.join(client)
+        settle(client, [m])
+        status, body = get(server, "api/groups/" + urllib.parse.quote(gid, safe=""))
+        assert status == 200 and body["group"] == gid

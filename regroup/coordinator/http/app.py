@@ -18,6 +18,7 @@ import contextlib
 import hmac
 import json
 import logging
+import mimetypes
 from collections.abc import Awaitable, Callable, Iterable
 from importlib import resources
 from typing import Any
@@ -62,7 +63,7 @@ class Dashboard:
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._access])
         app.router.add_get("/", self.index)
-        app.router.add_get("/static/{name}", self.static)
+        app.router.add_get("/static/{path:.+}", self.static)
         app.router.add_get("/api/groups", self.groups)
         app.router.add_get("/api/groups/{group}", self.group)
         app.router.add_get("/api/events", self.events)
@@ -96,19 +97,18 @@ class Dashboard:
         return self._static_file("index.html")
 
     async def static(self, request: web.Request) -> web.StreamResponse:
-        return self._static_file(request.match_info["name"])
+        return self._static_file(request.match_info["path"])
 
-    def _static_file(self, name: str) -> web.StreamResponse:
-        if "/" in name or "\\" in name or name.startswith("."):
-            return _error(404, "NOT_FOUND", f"no such file {name!r}")
-        f = resources.files("regroup.coordinator.http").joinpath("static", name)
+    def _static_file(self, path: str) -> web.StreamResponse:
+        parts = path.split("/")
+        if any(not p or p.startswith(".") or "\\" in p for p in parts):
+            return _error(404, "NOT_FOUND", f"no such file {path!r}")
+        f = resources.files("regroup.coordinator.http").joinpath("static", *parts)
         if not f.is_file():
-            return _error(404, "NOT_FOUND", f"no such file {name!r}")
-        ctype = {"html": "text/html", "js": "text/javascript", "css": "text/css", "svg": "image/svg+xml",
-                 "png": "image/png", "json": "application/json"}.get(name.rpartition(".")[2],
-                                                                       "application/octet-stream")
+            return _error(404, "NOT_FOUND", f"no such file {path!r}")
+        ctype = mimetypes.guess_type(parts[-1])[0] or "application/octet-stream"
         return web.Response(body=f.read_bytes(), content_type=ctype,
-                            charset="utf-8" if ctype.startswith("text") else None,
+                            charset="utf-8" if ctype.startswith("text/") else None,
                             headers={"Cache-Control": "no-cache"})
 
     # ------------------------------------------------------------------ the API

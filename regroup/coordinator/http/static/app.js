@@ -65,7 +65,7 @@
   }
 
   function table(caption, headers, rows, attrs) {
-    return h("div", { class: "scroll" },
+    return h("div", { class: "scroll", "data-keep-scroll": (attrs && attrs.id) || null },
       h("table", attrs || {},
         h("caption", {}, caption),
         h("thead", {}, h("tr", {}, headers.map((x) => (x instanceof Node ? x : h("th", { scope: "col" }, x))))),
@@ -143,10 +143,18 @@
     }
   }
 
+  // Every event redraws the view whole: whoever was reading older timeline entries, or the far columns
+  // of a wide grid, must not be thrown back to the start each time.
   function draw(content) {
     const keepScroll = window.scrollY;
     const focusedId = document.activeElement && document.activeElement.id;
+    const scrolled = new Map([...view.querySelectorAll("[data-keep-scroll]")]
+      .map((el) => [el.dataset.keepScroll, [el.scrollTop, el.scrollLeft]]));
     view.replaceChildren(...[content].flat());
+    for (const el of view.querySelectorAll("[data-keep-scroll]")) {
+      const at = scrolled.get(el.dataset.keepScroll);
+      if (at) [el.scrollTop, el.scrollLeft] = at;
+    }
     window.scrollTo(0, keepScroll);
     if (focusedId) {
       const el = document.getElementById(focusedId);
@@ -291,7 +299,7 @@
       h("p", { class: "muted" }, "Newest first. Each epoch bump with its cause; each member's steps " +
         "(revoking → released → granted) with how long each hand-off took."),
       lis.length === 0 ? h("p", { class: "muted" }, "Nothing yet.")
-        : h("ol", { id: "timeline", class: "timeline", reversed: true }, lis));
+        : h("ol", { id: "timeline", class: "timeline", reversed: true, "data-keep-scroll": "timeline" }, lis));
   }
 
   // Each subscribed topic with how many members subscribe to it.
