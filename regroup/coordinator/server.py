@@ -47,6 +47,7 @@ from regroup.log.errors import LogError
 from regroup.protocol.config import CoordinatorConfig
 from regroup.protocol.coordinator import Coordinator
 from regroup.protocol.describe import GroupDescription
+from regroup.protocol.errors import ProtocolError
 
 log = logging.getLogger("regroup.coordinator")
 
@@ -250,7 +251,11 @@ def _dashboard(service: CoordinatorService, token: str | None, host: str, port: 
 
 
 def _descriptions(c: Coordinator) -> list[GroupDescription]:
-    return [c.describe_group(gid) for gid, _, _ in c.list_groups()]
+    out = []
+    for gid, _, _ in c.list_groups():
+        with contextlib.suppress(ProtocolError):  # a kind of group describe does not cover
+            out.append(c.describe_group(gid))
+    return out
 
 
 def run_coordinator(cfg: ServerConfig) -> int:

@@ -306,3 +306,28 @@ def test_a_group_id_is_url_encoded_in_the_path(server: ServerProc, client: Coord
         settle(client, [m])
         status, body = get(server, "api/groups/" + urllib.parse.quote(gid, safe=""))
         assert status == 200 and body["group"] == gid
+
+
+def test_after_a_restart_the_timeline_starts_empty_and_held_partitions_are_not_news(tmp_path: Path) -> None:
+    s = start_server(tmp_path / "data", "--log", "static:orders=4", *HTTP)
+    try:
+        with CoordinatorClient(s.address, timeout_s=5) as c:
+            m = M("dash-restart", "m1")
+            m.join(c)
+            settle(c, [m])
+        assert get(s, "api/groups/dash-restart")[1]["timeline"]
+        assert s.terminate() == 0, s.log()
+        s = s.restart()
+        assert s.dashboard_url is not None
+        with CoordinatorClient(s.address, timeout_s=5) as c:
+            m.beat(c)
+            m2 = M("dash-restart", "m2")
+            m2.join(c)
+            settle(c, [m, m2])
+        status, body = get(s, "api/groups/dash-restart")
+        assert status == 200
+        assert ("m1", "granted") not in [(t["member_id"], t["step"]) for t in body["timeline"]]
+        assert [t["step"] for t in body["timeline"] if t["member_id"] == "m1"] == ["revoking", "released"]
+        assert body["history"]  # the epoch history is persisted, unlike the timeline
+    finally:
+        assert s.terminate() == 0, s.log()
