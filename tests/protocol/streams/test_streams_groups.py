@@ -259,3 +259,18 @@ def test_describe_shows_roles_lags_and_warmup_progress() -> None:
     assert (a.process_id, b.process_id) == ("P1", "P2")
     assert a.assigned.active and all(a.lags[t] == 0 for t in a.assigned.active)
     assert [(w.lag, w.caught_up) for w in b.warmups] == [(49_000, False)] * 2
+
+
+def test_a_lost_response_is_retried_at_the_previous_epoch_only_owning_what_was_given() -> None:
+    d = Deployment()
+    a = d.join("a", "P1")
+    d.join("b", "P2")
+    d.disks["P2"] = dict.fromkeys(ALL4, 0)
+    d.settle()
+    cur = d.group().current["a"]
+    assert cur.previous_epoch < cur.epoch
+    safe = StreamsHeartbeatRequest(GROUP, "a", cur.previous_epoch, owned=cur.assigned)
+    assert d.sg.heartbeat(safe, d.now).response.error is ErrorCode.NONE
+    unsafe = StreamsHeartbeatRequest(GROUP, "a", cur.previous_epoch, owned=MemberTasks(active=ALL4))
+    assert a.owned != MemberTasks(active=ALL4)
+    assert d.sg.heartbeat(unsafe, d.now).response.error is ErrorCode.FENCED_MEMBER_EPOCH

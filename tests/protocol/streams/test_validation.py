@@ -17,7 +17,7 @@ from tests.protocol.streams.builders import roles, spec, tasks, ts
 
 def group(**config: int) -> TaskAssignmentSpec:
     return spec(tasks(3), {"A": {"a1": roles(), "a2": roles()}, "B": {"b": roles()},
-                           "C": {"c": roles()}}, **config)
+                           "C": {"c": roles()}}, None, **config)
 
 
 def refused(s: TaskAssignmentSpec, out: TaskAssignment, match: str) -> None:
