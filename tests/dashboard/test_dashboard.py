@@ -258,3 +258,23 @@ def test_with_a_token_the_link_lets_the_page_in(tmp_path: Path, tab: Tab) -> Non
     finally:
         tab.page.context.close()
         assert server.terminate() == 0, server.log()
+
+
+def test_a_group_id_is_text_however_odd(held_cluster: Cluster, tab: Tab) -> None:
+    """Ids come from clients: a slash, spaces and markup in one are shown as they are, never run."""
+    gid = 'team a/<b id="injected">x</b> & "y"'
+    page = tab.page
+    page.goto(held_cluster.url)
+    expect(page.locator("#live")).to_have_attribute("data-live", "live", timeout=WAIT_MS)
+    with CoordinatorClient(held_cluster.server.address, client_id="dashboard-test", timeout_s=10) as c:
+        m = M(gid, "<i>m1</i>")
+        m.join(c)
+        settle(c, [m])
+    link = page.get_by_role("link", name=gid, exact=True)
+    expect(link).to_be_visible(timeout=WAIT_MS)
+    link.click()
+    expect(page.locator("#group-id")).to_have_text(gid, timeout=WAIT_MS)
+    expect(page.locator('#members th[scope="row"]')).to_have_text(["<i>m1</i>"])
+    expect(page.locator("#injected")).to_have_count(0)
+    expect(page.locator("main i")).to_have_count(0)
+    assert tab.errors == []
