@@ -334,6 +334,8 @@ class _DashboardPage:
 
         self.base_url, self.group = base_url, group
         self.events = self.fetches = 0
+        #: Seconds per JSON fetch, as the page waited for it.
+        self.fetch_s: list[float] = []
         self._stop = threading.Event()
         self._stream: Any = None
         self._threads = [threading.Thread(target=self._listen, daemon=True),
@@ -343,9 +345,11 @@ class _DashboardPage:
 
     def _fetch(self) -> None:
         for path in ("api/groups", f"api/groups/{self.group}"):
+            t0 = time.perf_counter()
             with contextlib.suppress(OSError), urllib.request.urlopen(self.base_url + path, timeout=30) as r:
                 r.read()
                 self.fetches += 1
+                self.fetch_s.append(time.perf_counter() - t0)
 
     def _listen(self) -> None:
         with contextlib.suppress(OSError, ValueError, AttributeError):
@@ -501,8 +505,10 @@ class _Bench:
             for p in open_pages:
                 p.close()
         w.dashboard_clients = pages
+        fetch_s = array("d", [t for p in open_pages for t in p.fetch_s])
         w.notes.append(f"{pages} dashboard page(s): {sum(p.events for p in open_pages)} events, "
-                       f"{sum(p.fetches for p in open_pages)} JSON fetches")
+                       f"{len(fetch_s)} JSON fetches, p50 {_pct(fetch_s, 0.5):.1f} ms, "
+                       f"p99 {_pct(fetch_s, 0.99):.1f} ms")
         return w
 
     def close(self) -> None:
