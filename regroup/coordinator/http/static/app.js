@@ -64,6 +64,11 @@
     return h("span", { class: "badge", "data-state": kind }, word);
   }
 
+  // A column header; numbers are right-aligned, their headers with them.
+  function col(name, numeric) {
+    return h("th", { scope: "col", class: numeric ? "n" : null }, name);
+  }
+
   function table(caption, headers, rows, attrs) {
     return h("div", { class: "scroll", "data-keep-scroll": (attrs && attrs.id) || null },
       h("table", attrs || {},
@@ -183,8 +188,8 @@
       h("h1", {}, "Consumer groups"),
       groups.length === 0
         ? h("p", { class: "muted", id: "no-groups" }, "No groups yet: they appear here when a member joins.")
-        : table("Every group this coordinator owns", ["Group", "State", "Epoch", "Members", "Total lag",
-          "Rebalances (last hour)"], rows, { id: "groups" }),
+        : table("Every group this coordinator owns", ["Group", "State", col("Epoch", true),
+          col("Members", true), col("Total lag", true), col("Rebalances (last hour)", true)], rows, { id: "groups" }),
       updated(),
     ];
   }
@@ -227,7 +232,8 @@
       h("h2", { id: "members-h" }, `Members (${g.members.length})`),
       g.members.length === 0 ? h("p", { class: "muted" }, "No members.")
         : table("Members: who they are and where each stands in the rebalance",
-          ["Member", "Instance", "Client", "Host", "Epoch", "State", "Partitions"], rows, { id: "members" }));
+          ["Member", "Instance", "Client", "Host", col("Epoch", true), "State", col("Partitions", true)], rows,
+          { id: "members" }));
   }
 
   function assignmentGrid(g) {
@@ -237,10 +243,9 @@
       for (const p of [...m.assigned, ...m.pending_revocation, ...m.awaiting]) all.add(p);
     }
     const partitions = [...all].sort(byPartition);
-    const head = [h("th", { scope: "col" }, "Partition"),
+    const head = [col("Partition"),
       ...g.members.map((m) => h("th", { scope: "col", class: "member", title: memberLabel(m) }, memberLabel(m))),
-      h("th", { scope: "col" }, "Committed"), h("th", { scope: "col" }, "End offset"),
-      h("th", { scope: "col" }, "Lag")];
+      col("Committed", true), col("End offset", true), col("Lag", true)];
     const rows = partitions.map((p) => {
       const o = offsets.get(p) || {};
       const owners = g.members.map((m) => {
