@@ -242,6 +242,7 @@ class StreamsGroups:
 
         # --- changes ---
         ch = _Changes(self.groups)
+        released_by_predecessor: frozenset[TaskId] = frozenset()
         if group is None:
             ch.emit(StreamsEpochRecord(gid, 0))
             ch.events.append(GroupCreated(gid))
@@ -249,17 +250,21 @@ class StreamsGroups:
             self.lags[gid] = LagBook()
         book = self.lags.setdefault(gid, LagBook())
         bump = False
-        if predecessor is not None:
-            assert base is not None
+        if predecessor is not None and base is not None and base.process_id == new_meta.process_id:
             self._take_over(ch, group, predecessor, mid, new_meta)
-            if base.process_id != new_meta.process_id and req.instance_id is not None:
-                ch.pending.append(StaticTakeOver(req.instance_id, predecessor, mid))
-                bump = True
         elif meta is None:
+            if predecessor is not None and req.instance_id is not None:
+                # Back on another process: its state directory is not there, so it inherits
+                # nothing (and inheriting could put an active beside a copy on the new process).
+                h = held(group.current[predecessor])
+                self._drop_member(ch, group, predecessor)
+                released_by_predecessor = h.active | h.standby | h.warmup
+                ch.pending.append(StaticTakeOver(req.instance_id, predecessor, mid))
+            else:
+                ch.pending.append(MemberJoined(mid))
             ch.emit(StreamsMemberRecord(gid, mid, new_meta))
             ch.emit(StreamsCurrentRecord(gid, mid, StreamsCurrent(0, LEAVE_EPOCH, MemberStatus.STABLE,
                                                                   NO_TASKS, NO_TASKS)))
-            ch.pending.append(MemberJoined(mid))
             bump = True
         else:
             if new_meta != meta:
@@ -288,6 +293,7 @@ class StreamsGroups:
         if bump:
             ch.bump(group)
         self._maybe_update_target(ch, group)
+        self._wake_waiters(ch, group, released_by_predecessor)
 
         cur = group.current[mid]
         owned = req.owned

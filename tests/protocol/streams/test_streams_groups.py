@@ -274,3 +274,19 @@ def test_a_lost_response_is_retried_at_the_previous_epoch_only_owning_what_was_g
     unsafe = StreamsHeartbeatRequest(GROUP, "a", cur.previous_epoch, owned=MemberTasks(active=ALL4))
     assert a.owned != MemberTasks(active=ALL4)
     assert d.sg.heartbeat(unsafe, d.now).response.error is ErrorCode.FENCED_MEMBER_EPOCH
+
+
+def test_a_static_member_back_on_another_process_inherits_nothing() -> None:
+    d = Deployment()
+    d.join("a1", "P1", instance_id="i1")
+    d.join("b", "P2")
+    d.settle()
+    epoch = d.group().epoch
+    d.leave("a1", static=True)
+    d.join("a2", "P3", instance_id="i1")  # its state directory is not on P3
+    bumped = bumps(d)[-1]
+    assert d.group().epoch == epoch + 1
+    assert [type(c).__name__ for c in bumped.causes] == ["StaticTakeOver"]
+    assert "a1" not in d.group().members
+    d.settle()
+    assert set(d.actives()) == ALL4

@@ -104,12 +104,15 @@ class StreamsChurn(RuleBasedStateMachine):
         self.away[m.instance_id] = (m.process_id, mid)
         self.d.leave(mid, static=True)
 
-    @rule(data=st.data())
+    @rule(data=st.data(), moved=st.booleans())
     @precondition(lambda self: self.d is not None and bool(self.away) and len(self.d.members) < 5)
-    def static_return(self, data: st.DataObject) -> None:
+    def static_return(self, data: st.DataObject, moved: bool) -> None:
+        """Back from a restart, on its own process (keeps its tasks) or on another one."""
         assert self.d is not None
         instance = data.draw(st.sampled_from(sorted(self.away)))
         process, _ = self.away.pop(instance)
+        if moved:
+            process = data.draw(st.sampled_from([p for p in PROCESSES if p != process]))
         self.next_id += 1
         self.d.join(f"m{self.next_id}", process, instance_id=instance)
 
