@@ -8,7 +8,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -16,7 +15,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from regroup.bench.procs import start_coordinator
+from regroup.bench.procs import start_coordinator_with_dashboard
 from regroup.log import open_log
 from regroup.log.base import LogRecord, PartitionedLog
 from regroup.rpc.client import CoordinatorClient
@@ -126,21 +125,9 @@ def start_demo_coordinator(root: Path, log_spec: str, session_timeout_ms: int,
                            heartbeat_interval_ms: int) -> tuple[subprocess.Popen[str], str, str]:
     """The demo's coordinator process (its own data dir under ``root``) with its dashboard on loopback;
     returns it, its HOST:PORT and the dashboard's URL."""
-    # The dashboard's port is chosen here, not by the coordinator (port 0), because start_coordinator
-    # returns only the rpc address from the start-up line. Another process could take the port in the
-    # moment between; the coordinator would then fail to start, and say so.
-    port = _free_loopback_port()
-    proc, addr = start_coordinator(root / "coordinator", "--log", log_spec,
-                                   "--session-timeout-ms", str(session_timeout_ms),
-                                   "--heartbeat-interval-ms", str(heartbeat_interval_ms),
-                                   "--http", f"127.0.0.1:{port}")
-    return proc, addr, f"http://127.0.0.1:{port}/"
-
-
-def _free_loopback_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return start_coordinator_with_dashboard(root / "coordinator", "--log", log_spec,
+                                            "--session-timeout-ms", str(session_timeout_ms),
+                                            "--heartbeat-interval-ms", str(heartbeat_interval_ms))
 
 
 def group_epoch(client: CoordinatorClient, group: str = GROUP) -> int:
