@@ -19,6 +19,7 @@ import hmac
 import json
 import logging
 import mimetypes
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from importlib import resources
 from typing import Any
@@ -38,6 +39,9 @@ COOKIE = "regroup_token"
 #: A comment line on every event stream this often, so that proxies and browsers keep it open.
 PING_S = 15.0
 HOUR_MS = 3_600_000
+#: A group's JSON is built once for all the pages that re-fetch it after the same change, as long
+#: as no record was written since and it is younger than this (heartbeat ages and lags move on).
+GROUP_CACHE_S = 1.0
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -59,6 +63,8 @@ class Dashboard:
         self.token = token
         self.ping_s = ping_s
         self._streams: set[asyncio.Task[Any]] = set()
+        #: group id -> (store tail, monotonic time, JSON body) of the last build.
+        self._built: dict[str, tuple[int, float, bytes]] = {}
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._access])
@@ -122,6 +128,10 @@ class Dashboard:
 
     async def group(self, request: web.Request) -> web.StreamResponse:
         gid = request.match_info["group"]
+        tail = self.service.store.tail
+        built = self._built.get(gid)
+        if built is not None and built[0] == tail and time.monotonic() - built[1] < GROUP_CACHE_S:
+            return web.Response(body=built[2], content_type="application/json")
         try:
             details = await self.service.group_details(gid)
         except ProtocolError as e:
@@ -129,7 +139,12 @@ class Dashboard:
             return _error(status, e.code.value, e.message)
         body = group_details_json(details)
         body["timeline"] = self.feed.timeline(gid)
-        return web.json_response(body)
+        raw = json.dumps(body).encode()
+        if self.service.store.tail == tail:  # nothing was written while the log was asked for its ends
+            if len(self._built) >= 1_000:
+                self._built.clear()
+            self._built[gid] = (tail, time.monotonic(), raw)
+        return web.Response(body=raw, content_type="application/json")
 
     async def openapi(self, _request: web.Request) -> web.StreamResponse:
         return web.json_response(openapi_document())
