@@ -254,7 +254,10 @@ class _Run:
                     actives[t] = m
                     continue
                 anchored = self.anchor.get(t)
-                if anchored is not None and self.process_of[anchored] == fresh:
+                # The anchor's process when it is as fresh as the freshest: another process tied
+                # with it would be picked by process id alone, and the next run, seeing the task
+                # owned there, would keep a different set per member (rule 9).
+                if anchored is not None and self.lag(self.process_of[anchored], t) <= self.lag(fresh, t):
                     actives[t] = anchored
                 else:
                     actives[t] = min(self.members_of[fresh], key=lambda x: (intended_load[x], x))

@@ -286,7 +286,7 @@ class StreamsGroups:
         bump = self._source_topics_changed(ch, group) or bump
         config = self.config_for(gid)
         caught = caught_up(group, mid, book.process_lags(group, self.offsets).get(new_meta.process_id, {}),
-                           book.seen, config.acceptable_recovery_lag)
+                           book.seen, book.seen_processes, config.acceptable_recovery_lag)
         if caught:
             ch.pending.extend(caught)
             bump = True

@@ -60,6 +60,8 @@ class LagBook:
     reports: dict[str, TaskOffsets] = field(default_factory=dict)
     #: (process id, task) -> the lag the last target computation saw.
     seen: dict[tuple[str, TaskId], int] = field(default_factory=dict)
+    #: The processes that had reported (anything) when the last target was computed.
+    seen_processes: frozenset[str] = frozenset()
 
     def report(self, member_id: str, offsets: TaskOffsets) -> None:
         self.reports[member_id] = {t: dict(o) for t, o in offsets.items()}
@@ -89,6 +91,7 @@ class LagBook:
 
     def remember(self, lags: ProcessLags) -> None:
         self.seen = {(pid, t): lag for pid, ls in lags.items() for t, lag in ls.items()}
+        self.seen_processes = frozenset(lags)
 
 
 def copy_lag(group_id: str, task: TaskId, topics: tuple[str, ...], reached: Mapping[Shard, int],

@@ -9,14 +9,16 @@ Rules:
    stickiness) and the lags their processes last reported, checked with `validate_task_assignment`.
 3. Promotion by event: a heartbeat that shows a warm-up of the member's target caught up (lag <=
    ``acceptable_recovery_lag``) while the last target computation saw it behind or did not see it,
-   is a reason for a new target now. So is a standby seen behind that has caught up (the assignor
-   moves a task to a caught-up standby without a warm-up). A standby's first report after a
-   restart is not: nothing was waiting for it.
+   is a reason for a new target now. So is a standby that has caught up while the last computation
+   saw it behind, or saw its process without a copy of the task (the assignor moves a task to a
+   caught-up standby without a warm-up). A standby whose process had not reported at all when the
+   target was computed (the first reports after a coordinator restart) is not: the target did not
+   wait for it, and a bump per member after every restart would be churn for nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from regroup.protocol.causes import WarmupCaughtUp
 from regroup.protocol.streams.assignment import (
@@ -68,10 +70,12 @@ def new_target(group: StreamsGroup, lags: ProcessLags, config: AssignmentConfig)
 
 
 def caught_up(group: StreamsGroup, member_id: str, lags: Mapping[TaskId, int],
-              seen: Mapping[tuple[str, TaskId], int], limit: int) -> list[WarmupCaughtUp]:
+              seen: Mapping[tuple[str, TaskId], int], seen_processes: Collection[str],
+              limit: int) -> list[WarmupCaughtUp]:
     """Rule 3 for one member's heartbeat: the copies whose catching up calls for a new target.
 
-    ``lags`` are the member's process's lags now; ``seen`` what the last computation used.
+    ``lags`` are the member's process's lags now; ``seen`` and ``seen_processes`` what the last
+    computation used.
     """
     target = group.member_target(member_id)
     if group.epoch > group.target_epoch or (not target.warmup and not target.standby):
@@ -85,7 +89,7 @@ def caught_up(group: StreamsGroup, member_id: str, lags: Mapping[TaskId, int],
         before = seen.get((pid, task))
         if before is not None and before <= limit:
             continue  # the target already counted on it
-        if before is None and task not in target.warmup:
+        if before is None and task not in target.warmup and pid not in seen_processes:
             continue
         out.append(WarmupCaughtUp(member_id, str(task), lag))
     return out

@@ -339,3 +339,23 @@ def test_a_member_in_two_processes_is_an_invalid_request() -> None:
 def test_a_negative_lag_is_an_invalid_request() -> None:
     with pytest.raises(ProtocolError, match="process 'A' reports lag -1 for task s_0"):
         spec(tasks(1), {"A": {"a": roles()}}, {"A": {t(0): -1}})
+
+
+def test_an_orphan_tied_between_fresh_copies_goes_to_its_anchor_so_the_next_run_agrees() -> None:
+    # Found by the stability property: y_3 is as fresh on P0 as on P2, where its anchor m04 is.
+    # Picking P0 by process id overloaded m00, and the next run then moved y_0 off m00.
+    def x(i: int) -> TaskId:
+        return TaskId("x", i)
+
+    def y(i: int) -> TaskId:
+        return TaskId("y", i)
+
+    s = spec([x(i) for i in range(5)] + [y(i) for i in range(7)],
+             {"P0": {"m00": roles(), "m01": roles(active=[x(0), x(1), x(2)])},
+              "P1": {"m02": roles(), "m03": roles()}, "P2": {"m04": roles()}},
+             {"P0": {x(3): 0, y(0): 1, y(2): 0, y(3): 0}, "P1": {y(0): 1},
+              "P2": {y(3): 0, y(4): 0, y(6): 0}},
+             max_warmups=0)
+    out = run(s)
+    assert active_owner(out)[y(3)] == "m04"
+    assert run(again(s, out)) == out

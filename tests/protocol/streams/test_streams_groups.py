@@ -290,3 +290,41 @@ def test_a_static_member_back_on_another_process_inherits_nothing() -> None:
     assert "a1" not in d.group().members
     d.settle()
     assert set(d.actives()) == ALL4
+
+
+def test_lagging_copies_that_catch_up_take_their_share_at_once() -> None:
+    d = Deployment(config=StreamsConfig(standby_replicas=1, acceptable_recovery_lag=LIMIT))
+    a = d.join("a", "P1")
+    d.commit("a", 50_000)
+    d.heartbeat("a")
+    b = d.join("b", "P2")
+    d.settle(restore=False)
+    # a copy of every task on P2: two warm-ups (the budget), standbys for the rest
+    assert not b.owned.active and len(b.owned.warmup) == 2 and b.owned.standby | b.owned.warmup == ALL4
+    epoch = d.group().epoch
+    d.restore("b")
+    d.heartbeat("b")
+    assert d.group().epoch == epoch + 1
+    assert any(isinstance(c, WarmupCaughtUp) for c in bumps(d)[-1].causes)
+    d.settle()
+    assert len(a.owned.active) == len(b.owned.active) == 2
+    assert a.owned.standby == b.owned.active and b.owned.standby == a.owned.active
+
+
+def test_a_standby_seen_lagging_that_catches_up_bumps_like_a_warmup() -> None:
+    d = Deployment(config=StreamsConfig(standby_replicas=1, acceptable_recovery_lag=LIMIT, max_warmups=0))
+    a = d.join("a", "P1")
+    d.commit("a", 50_000)
+    d.heartbeat("a")
+    b = d.join("b", "P2")
+    d.settle(restore=False)
+    assert b.owned == MemberTasks(standby=ALL4) and a.owned.active == ALL4
+    d.restore("b", 1_000)
+    d.heartbeat("b")  # reported, still behind: no news
+    epoch = d.group().epoch
+    d.restore("b")
+    d.heartbeat("b")
+    assert d.group().epoch == epoch + 1
+    assert any(isinstance(c, WarmupCaughtUp) for c in bumps(d)[-1].causes)
+    d.settle()
+    assert len(a.owned.active) == len(b.owned.active) == 2
