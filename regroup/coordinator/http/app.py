@@ -30,7 +30,7 @@ from regroup.coordinator.http.feed import CLOSED, Feed
 from regroup.coordinator.http.openapi import openapi_document
 from regroup.coordinator.service import CoordinatorService, unix_ms
 from regroup.protocol.errors import ErrorCode, ProtocolError
-from regroup.rpc.types import EpochChange
+from regroup.rpc.types import EpochChange, GroupDetails
 from regroup.rpc.views import group_details_json
 
 log = logging.getLogger("regroup.coordinator.http")
@@ -39,15 +39,22 @@ COOKIE = "regroup_token"
 #: A comment line on every event stream this often, so that proxies and browsers keep it open.
 PING_S = 15.0
 HOUR_MS = 3_600_000
-#: A group's JSON is built once for all the pages that re-fetch it after the same change, as long
-#: as no record was written since and it is younger than this (heartbeat ages and lags move on).
-GROUP_CACHE_S = 1.0
+#: A group's JSON is built once for all the pages that re-fetch it, as long as no record was written
+#: since and it is younger than this: building a large group's JSON holds the event loop for
+#: milliseconds, and heartbeats wait behind it. Heartbeat ages and log-end lags may lag this much.
+GROUP_CACHE_S = 5.0
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def _error(status: int, error: str, message: str) -> web.Response:
     return web.json_response({"error": error, "message": message}, status=status)
+
+
+def _encode(details: GroupDetails, timeline: list[dict[str, Any]]) -> bytes:
+    body = group_details_json(details)
+    body["timeline"] = timeline
+    return json.dumps(body).encode()
 
 
 def rebalances_since(history: Iterable[EpochChange], since_unix_ms: int) -> int:
@@ -137,9 +144,7 @@ class Dashboard:
         except ProtocolError as e:
             status = 404 if e.code is ErrorCode.GROUP_ID_NOT_FOUND else 400
             return _error(status, e.code.value, e.message)
-        body = group_details_json(details)
-        body["timeline"] = self.feed.timeline(gid)
-        raw = json.dumps(body).encode()
+        raw = _encode(details, self.feed.timeline(gid))
         if self.service.store.tail == tail:  # nothing was written while the log was asked for its ends
             if len(self._built) >= 1_000:
                 self._built.clear()
