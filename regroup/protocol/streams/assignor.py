@@ -30,9 +30,12 @@ Rules:
    process is caught up or is its current owner's process (moving between members of one process
    moves no state). Otherwise it stays with its current owner, caught up or not: nothing is gained
    by moving it anywhere else. A task with no current owner goes to its intended owner if that copy
-   is caught up or as fresh as any, else to the process with the freshest copy (rule 3's anchor):
-   every caught-up copy can take over at once, so among them balance decides, as in KIP-441.
-   A task nobody holds a copy of goes to its intended owner, a member with room.
+   is caught up or as fresh as any, else to a process with a caught-up copy (none: with the
+   freshest copy): every caught-up copy can take over at once, so among them balance decides, as
+   in KIP-441. Balance first: a member where the task would not push, on the next run, a task it
+   keeps now out of its quota (rule 3's order; else that task would move, against rule 9); then
+   the freshest copy, rule 3's anchor winning a tie, then the least intended load. A task nobody
+   holds a copy of goes to its intended owner, a member with room.
 6. Warm-ups. A task whose intended process is not the process it runs on gets a warm-up on its
    intended member, at most ``max_warmups`` in the group, in this order: warm-ups that continue
    (rule 3), then moves that replace a warm-up, then the rest by task id. A move needs no warm-up
@@ -238,7 +241,7 @@ class _Run:
         """Rule 5; also returns the pending moves (running away from their intended process)."""
         actives: dict[TaskId, str] = {}
         pending: list[TaskId] = []
-        intended_load = Counter(self.intended.values())
+        orphans: list[tuple[TaskId, str]] = []
         for t in self.tasks:
             m = self.intended[t]
             pid = self.process_of[m]
@@ -253,16 +256,50 @@ class _Run:
                 if fresh is None or self.lag(pid, t) <= self.lag(fresh, t):
                     actives[t] = m
                     continue
-                anchored = self.anchor.get(t)
-                # The anchor's process when it is as fresh as the freshest: another process tied
-                # with it would be picked by process id alone, and the next run, seeing the task
-                # owned there, would keep a different set per member (rule 9).
-                if anchored is not None and self.lag(self.process_of[anchored], t) <= self.lag(fresh, t):
-                    actives[t] = anchored
-                else:
-                    actives[t] = min(self.members_of[fresh], key=lambda x: (intended_load[x], x))
+                orphans.append((t, fresh))  # placed once every other active is placed
             pending.append(t)
+        if orphans:
+            held: dict[str, list[TaskId]] = {}
+            for t, m in actives.items():
+                held.setdefault(m, []).append(t)
+            intended_load = Counter(self.intended.values())
+            for t, fresh in orphans:
+                m = self._orphan_owner(t, fresh, held, intended_load)
+                actives[t] = m
+                held.setdefault(m, []).append(t)
         return actives, pending
+
+    def _orphan_owner(self, task: TaskId, fresh: str, held: dict[str, list[TaskId]],
+                      intended_load: Counter[str]) -> str:
+        """Rule 5's member for a task nobody owns whose intended owner's copy is too stale.
+
+        Its caught-up copies (else its freshest ones) can all take it over at once. Among them, a
+        member it would not push out of its quota on the next run: that run sees the task owned
+        there, and a member keeps its quota of owned tasks by rule 3's order, so a task that ranks
+        before one the member keeps now would displace that one, which would then move (rule 9).
+        Then the freshest copy, the anchor's process winning a tie (another process tied with it
+        would be picked by process id alone, and the next run would keep a different set per
+        member), a current standby, the process id, the least intended load, the member id.
+        """
+        pids = self.caught.get(task) or [
+            p for p in self.procs if self.lag(p, task) == self.lag(fresh, task)]
+        standby_procs = {self.process_of[m] for m in self.cur_standby.get(task, ())}
+        anchored = self.anchor.get(task)
+
+        def displaces(m: str) -> bool:
+            pid = self.process_of[m]
+            owned = held.get(m, [])
+            if len(owned) < self.quota[m]:
+                return False
+            kept = sorted(self._keep_rank(pid, u) for u in owned)[:self.quota[m]]
+            return bool(kept) and self._keep_rank(pid, task) < kept[-1]
+
+        def key(m: str) -> tuple[bool, int, bool, bool, str, int, str]:
+            pid = self.process_of[m]
+            return (displaces(m), self.lag(pid, task), m != anchored, pid not in standby_procs,
+                    pid, intended_load[m], m)
+
+        return min((m for p in pids for m in self.members_of[p]), key=key)
 
     def _standby_restoring(self, task: TaskId) -> bool:
         """True when the intended process of ``task`` already holds a standby of it (rule 6)."""

@@ -359,3 +359,24 @@ def test_an_orphan_tied_between_fresh_copies_goes_to_its_anchor_so_the_next_run_
     out = run(s)
     assert active_owner(out)[y(3)] == "m04"
     assert run(again(s, out)) == out
+
+
+def test_an_orphan_goes_to_a_caught_up_copy_where_it_pushes_no_kept_task_out_of_its_quota() -> None:
+    # Found by the stability property (max_warmups=0): x4 is caught up on P0 (lag 0) and P1 (lag 1)
+    # and its intended owner m02 holds no copy. On m00, already at its quota of 3 with tasks its
+    # process holds no copy of, x4 would outrank x6 on the next run, which would move x6 to P2.
+    # On m01 (at its quota of 2 with x1 and x5, caught up only there) x4 ranks last: it stays.
+    def x(i: int) -> TaskId:
+        return TaskId("x", i)
+
+    s = spec([x(i) for i in range(7)],
+             {"P0": {"m00": roles(active=[x(0), x(2), x(6)])}, "P1": {"m01": roles()},
+              "P2": {"m02": roles()}},
+             {"P0": {x(4): 0}, "P1": {x(1): 0, x(4): 1, x(5): 0}, "P2": {x(6): 0}},
+             max_warmups=0)
+    out = run(s)
+    owner = active_owner(out)
+    assert owner[x(4)] == "m01"
+    assert {owner[x(i)] for i in (0, 2, 6)} == {"m00"}
+    assert active_counts(out)["m00"] == 3
+    assert run(again(s, out)) == out
