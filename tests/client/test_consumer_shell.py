@@ -1,0 +1,169 @@
+"""The Consumer shell around the member driver, with the coordinator faked out (a unit test of
+`regroup.client.consumer` alone): what it commits, releases, drops and where it starts, in which order.
+The real thing, with processes and a coordinator, is in tests/e2e/test_consumer_group.py."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from regroup import TopicPartition
+from regroup.client import consumer as consumer_module
+from regroup.client.errors import CommitFailedError, FatalConsumerError, OffsetFetchError
+from regroup.client.membership import Membership
+from regroup.log import open_log
+from regroup.log.base import LogRecord, PartitionedLog
+from regroup.protocol.errors import ErrorCode
+from regroup.protocol.member import Action, Assign, Fatal, Lost, Revoke
+from regroup.protocol.shard import Shard, ShardSet
+
+A, B = Shard("t", 0), Shard("t", 1)
+
+
+class FakeMembership(Membership):
+    """The coordinator side as a script: actions to hand out, committed offsets, refusals."""
+
+    def __init__(self, *_: Any) -> None:  # no threads, no client
+        self.actions: list[Action] = []
+        self.commits: list[dict[Shard, int]] = []
+        self.committed: dict[Shard, int] = {}
+        self.acks: list[tuple[str, ShardSet]] = []
+        self.failing_fetches = 0
+        self.refuse_commits = False
+
+    @property
+    def epoch(self) -> int:
+        return 1
+
+    def take_actions(self) -> list[Action]:
+        out, self.actions = self.actions, []
+        return out
+
+    def fetch_committed(self, shards: Collection[Shard]) -> dict[Shard, int]:
+        if self.failing_fetches:
+            self.failing_fetches -= 1
+            raise OffsetFetchError("coordinator unavailable")
+        return {s: self.committed[s] for s in shards if s in self.committed}
+
+    def commit(self, offsets: dict[Shard, int]) -> None:
+        if self.refuse_commits:
+            raise CommitFailedError("refused", ErrorCode.STALE_MEMBER_EPOCH)
+        self.commits.append(dict(offsets))
+        self.committed.update(offsets)
+
+    def revocation_done(self, shards: ShardSet) -> None:
+        self.acks.append(("revoked", shards))
+
+    def assignment_done(self, shards: ShardSet) -> None:
+        self.acks.append(("assigned", shards))
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Iterator[PartitionedLog]:
+    lg = open_log(str(tmp_path / "log"))
+    lg.create_topic("t", 2)
+    for p in (0, 1):
+        lg.produce("t", p, [LogRecord(b"k", str(i).encode(), 0) for i in range(10)])
+    yield lg
+    lg.close()
+
+
+def make(log: PartitionedLog, monkeypatch: pytest.MonkeyPatch, events: list[tuple[str, set[Any]]],
+         **kwargs: Any) -> tuple[consumer_module.Consumer, FakeMembership]:
+    monkeypatch.setattr(consumer_module, "Membership", FakeMembership)
+    monkeypatch.setattr(consumer_module, "CoordinatorClient", lambda *a, **k: None)
+    c = consumer_module.Consumer(
+        "g", coordinator="unused:1", log=log, topics=["t"], max_batch_records=3,
+        on_assign=lambda _, s: events.append(("assign", s)),
+        on_revoke=lambda _, s: events.append(("revoke", s)),
+        on_lost=lambda _, s: events.append(("lost", s)), **kwargs)
+    m = c._membership
+    assert isinstance(m, FakeMembership)
+    return c, m
+
+
+def test_new_partitions_start_at_the_committed_offset_else_per_the_reset_policy(
+        log: PartitionedLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    events: list[tuple[str, set[Any]]] = []
+    c, m = make(log, monkeypatch, events, auto_offset_reset="latest")
+    m.committed = {A: 4}
+    m.actions = [Assign(frozenset({A, B}))]
+    records = c.consume(10, timeout=0.5)
+    assert {(r.partition, r.offset) for r in records} <= {(0, o) for o in range(4, 10)}
+    assert records and records[0].offset == 4  # A from its committed offset; B at the log's end
+    assert c.assignment() == {TopicPartition("t", 0), TopicPartition("t", 1)}
+    assert all(type(p) is TopicPartition for p in c.assignment())
+    assert events == [("assign", {TopicPartition("t", 0), TopicPartition("t", 1)})]
+    assert m.acks == [("assigned", frozenset({A, B}))]
+
+    earliest, m2 = make(log, monkeypatch, [])
+    m2.actions = [Assign(frozenset({B}))]
+    assert earliest.consume(1, timeout=0.5)[0].offset == 0
+
+
+def test_a_revocation_commits_what_was_read_then_releases_and_drops_buffered_records(
+        log: PartitionedLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    events: list[tuple[str, set[Any]]] = []
+    c, m = make(log, monkeypatch, events)
+    m.committed = {A: 2, B: 0}
+    m.actions = [Assign(frozenset({A, B}))]
+    read = [(r.partition, r.offset) for r in c.consume(2, timeout=0.5)]
+    assert read == [(0, 2), (0, 3)]  # partitions are read in order; a batch of 3 leaves A's 4 buffered
+    m.actions = [Revoke(frozenset({A}))]
+    after = c.consume(20, timeout=0.2)
+    assert all(r.partition == 1 for r in after), "a buffered record of the revoked partition was returned"
+    assert events[-1] == ("revoke", {TopicPartition("t", 0)})
+    # Committed before the release — where this member stopped, not what it had buffered — and only A.
+    assert m.commits[0] == {A: 4}
+    assert m.acks.index(("revoked", frozenset({A}))) == 1  # after the assignment's ack, once committed
+    assert c.assignment() == {TopicPartition("t", 1)}
+    # A refused commit does not hold the release back: the coordinator decides what is safe.
+    m.refuse_commits = True
+    m.actions = [Revoke(frozenset({B}))]
+    c.consume(1, timeout=0.1)
+    assert m.acks[-1] == ("revoked", frozenset({B})) and c.assignment() == set()
+
+
+def test_an_assignment_waits_while_offsets_cannot_be_read_unless_a_later_loss_supersedes_it(
+        log: PartitionedLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    events: list[tuple[str, set[Any]]] = []
+    c, m = make(log, monkeypatch, events)
+    m.committed = {A: 5}
+    m.failing_fetches = 10**6  # the coordinator does not answer fetches
+    m.actions = [Assign(frozenset({A}))]
+    assert c.consume(1, timeout=0.1) == []
+    assert c.assignment() == set() and m.acks == []  # never "no committed offset" -> offset 0
+    m.failing_fetches = 0
+    assert c.consume(1, timeout=0.5)[0].offset == 5  # taken at the next poll, where it was committed
+    assert m.acks == [("assigned", frozenset({A}))]
+
+    # Deferred again, then the member is fenced: the Lost supersedes the waiting Assign.
+    c2, m2 = make(log, monkeypatch, events)
+    m2.failing_fetches = 1
+    m2.actions = [Assign(frozenset({A})), Lost(frozenset({A}), "fenced"), Assign(frozenset({B}))]
+    m2.committed = {B: 7}
+    c2.consume(1, timeout=0.3)
+    assert m2.acks == [("assigned", frozenset({B}))], "the superseded Assign was carried out"
+    assert c2.assignment() == {TopicPartition("t", 1)} and m2.commits == []
+
+
+def test_a_loss_drops_everything_without_committing_and_fatal_is_raised(
+        log: PartitionedLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    events: list[tuple[str, set[Any]]] = []
+    c, m = make(log, monkeypatch, events)
+    m.committed = {A: 0, B: 0}
+    m.actions = [Assign(frozenset({A, B}))]
+    c.consume(4, timeout=0.5)
+    m.actions = [Lost(frozenset({A}), "fenced")]
+    assert c.consume(1, timeout=0.1) == []
+    assert c.assignment() == set() and m.commits == []
+    assert events[-1] == ("lost", {TopicPartition("t", 0), TopicPartition("t", 1)})
+    m.actions = [Fatal(ErrorCode.FENCED_INSTANCE_ID, "another process took instance i1")]
+    with pytest.raises(FatalConsumerError, match="instance i1"):
+        c.consume(1, timeout=0.1)
