@@ -1,9 +1,14 @@
 """Who may heartbeat as whom: epoch fencing, static identities, and the member's metadata.
 
-Pure checks that raise `ProtocolError` before the coordinator changes anything.
+Pure checks that raise `ProtocolError` before the coordinator changes anything. The identity rules
+(`epoch_fence`, `check_instance`, `static_predecessor`) hold for every kind of group — consumer and
+streams groups alike — and are written against the little they need of one (`Members`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
 
 from regroup.protocol.assignors.base import AssignorRegistry
 from regroup.protocol.config import CoordinatorConfig
@@ -14,29 +19,63 @@ from regroup.protocol.state import Group
 from regroup.protocol.subscriptions import compile_regex
 
 
-def check_epoch(group: Group, req: HeartbeatRequest, current: CurrentAssignment) -> None:
-    """FENCED_MEMBER_EPOCH unless the epoch is current, or is the previous one after a lost response.
+class _Epochs(Protocol):
+    @property
+    def epoch(self) -> int: ...
 
-    A member whose last response was lost resends its previous epoch. That is safe to accept when
-    everything it reports owning is still assigned to it: it cannot be holding a shard that moved on.
+
+class Members(Protocol):
+    """What the identity rules need of a group, of any kind."""
+
+    @property
+    def group_id(self) -> str: ...
+    @property
+    def static_members(self) -> Mapping[str, str]: ...
+    @property
+    def current(self) -> Mapping[str, _Epochs]: ...
+
+
+class _Identified(Protocol):
+    @property
+    def member_id(self) -> str: ...
+    @property
+    def instance_id(self) -> str | None: ...
+
+
+class _Registered(Protocol):
+    @property
+    def instance_id(self) -> str | None: ...
+
+
+def epoch_fence(epoch: int, current_epoch: int, previous_epoch: int, resend_is_safe: bool) -> str | None:
+    """Why a request at ``epoch`` is fenced (None: it is not).
+
+    The current epoch passes. A member whose last response was lost resends its previous epoch; that
+    is accepted when ``resend_is_safe`` — everything it reports owning is still assigned to it, so it
+    cannot be holding anything that moved on.
     """
-    epoch = req.member_epoch
-    if epoch == current.epoch:
-        return
-    if epoch > current.epoch:
-        why = (f"epoch {epoch} is newer than the coordinator's {current.epoch}" if current.epoch >= 0
-               else "the member left the group temporarily and must rejoin with epoch 0")
-    elif epoch == current.previous_epoch and req.owned is not None and req.owned <= current.assigned:
-        return
-    else:
-        why = f"epoch {epoch} is older than the member's current epoch {current.epoch}"
-    raise ProtocolError(
-        ErrorCode.FENCED_MEMBER_EPOCH,
-        f"member {req.member_id!r} of group {group.group_id!r} is fenced: {why}; release all "
-        "partitions without committing and rejoin with epoch 0")
+    if epoch == current_epoch:
+        return None
+    if epoch > current_epoch:
+        return (f"epoch {epoch} is newer than the coordinator's {current_epoch}" if current_epoch >= 0
+                else "the member left the group temporarily and must rejoin with epoch 0")
+    if epoch == previous_epoch and resend_is_safe:
+        return None
+    return f"epoch {epoch} is older than the member's current epoch {current_epoch}"
 
 
-def check_instance(group: Group, req: HeartbeatRequest, meta: MemberMetadata | None,
+def check_epoch(group: Group, req: HeartbeatRequest, current: CurrentAssignment) -> None:
+    """FENCED_MEMBER_EPOCH unless the epoch is current, or is the previous one after a lost response."""
+    resend_is_safe = req.owned is not None and req.owned <= current.assigned
+    why = epoch_fence(req.member_epoch, current.epoch, current.previous_epoch, resend_is_safe)
+    if why is not None:
+        raise ProtocolError(
+            ErrorCode.FENCED_MEMBER_EPOCH,
+            f"member {req.member_id!r} of group {group.group_id!r} is fenced: {why}; release all "
+            "partitions without committing and rejoin with epoch 0")
+
+
+def check_instance(group: Members, req: _Identified, meta: _Registered | None,
                    joining: bool = False) -> None:
     """A static member's instance id must still be bound to this member id.
 
@@ -58,7 +97,7 @@ def check_instance(group: Group, req: HeartbeatRequest, meta: MemberMetadata | N
             "each process its own instance id")
 
 
-def static_predecessor(group: Group, req: HeartbeatRequest) -> str | None:
+def static_predecessor(group: Members, req: _Identified) -> str | None:
     """On a static join: the member id this join takes over (a holder away with -2), or None.
 
     UNRELEASED_INSTANCE_ID when a live member still holds the instance id.

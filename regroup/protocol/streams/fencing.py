@@ -1,17 +1,20 @@
 """Who may heartbeat as whom in a streams group: request checks, epoch fencing, static identities.
 
-Pure checks that raise `ProtocolError` before the coordinator changes anything; the rules are the
-consumer groups' (`regroup.protocol.fencing`), applied to tasks instead of shards.
+Pure checks that raise `ProtocolError` before the coordinator changes anything. The identity rules
+(instance ids, static take-over, which epochs pass) are the consumer groups' own, from
+`regroup.protocol.fencing`; what is particular here is the request's shape and that a resent epoch
+is judged by tasks in every role.
 """
 
 from __future__ import annotations
 
 from regroup.protocol.config import CoordinatorConfig
 from regroup.protocol.errors import ErrorCode, ProtocolError
+from regroup.protocol.fencing import check_instance, epoch_fence, static_predecessor
 from regroup.protocol.messages import JOIN_EPOCH, STATIC_LEAVE_EPOCH
 from regroup.protocol.streams.assignment import MemberTasks
 from regroup.protocol.streams.messages import StreamsHeartbeatRequest
-from regroup.protocol.streams.records import StreamsCurrent, StreamsMember
+from regroup.protocol.streams.records import StreamsCurrent
 from regroup.protocol.streams.state import StreamsGroup
 from regroup.protocol.streams.topology import TaskId
 
@@ -60,57 +63,15 @@ def check_epoch(group: StreamsGroup, req: StreamsHeartbeatRequest, current: Stre
     The previous epoch is accepted only from a member that reports what it owns, and owns nothing
     in any role that it was not given: then it cannot be running a task that moved on.
     """
-    epoch = req.member_epoch
-    if epoch == current.epoch:
-        return
-    if epoch > current.epoch:
-        why = (f"epoch {epoch} is newer than the coordinator's {current.epoch}" if current.epoch >= 0
-               else "the member left the group temporarily and must rejoin with epoch 0")
-    elif epoch == current.previous_epoch and req.owned is not None \
-            and _within(req.owned, current.assigned):
-        return
-    else:
-        why = f"epoch {epoch} is older than the member's current epoch {current.epoch}"
-    raise ProtocolError(
-        ErrorCode.FENCED_MEMBER_EPOCH,
-        f"member {req.member_id!r} of streams group {group.group_id!r} is fenced: {why}; close all its "
-        "tasks without committing and rejoin with epoch 0")
+    resend_is_safe = req.owned is not None and _within(req.owned, current.assigned)
+    why = epoch_fence(req.member_epoch, current.epoch, current.previous_epoch, resend_is_safe)
+    if why is not None:
+        raise ProtocolError(
+            ErrorCode.FENCED_MEMBER_EPOCH,
+            f"member {req.member_id!r} of streams group {group.group_id!r} is fenced: {why}; close all "
+            "its tasks without committing and rejoin with epoch 0")
 
 
 def _within(owned: MemberTasks, given: MemberTasks) -> bool:
     return (owned.active <= given.active and owned.standby <= given.standby
             and owned.warmup <= given.warmup)
-
-
-def check_instance(group: StreamsGroup, req: StreamsHeartbeatRequest, meta: StreamsMember | None,
-                   joining: bool = False) -> None:
-    """A static member's instance id must still be bound to this member id."""
-    if req.instance_id is None:
-        return
-    if meta is not None and meta.instance_id != req.instance_id:
-        raise ProtocolError(
-            ErrorCode.FENCED_INSTANCE_ID,
-            f"member {req.member_id!r} is registered with instance id {meta.instance_id!r}, not "
-            f"{req.instance_id!r}; an instance id cannot change, join with a new member id")
-    holder = None if joining else group.static_members.get(req.instance_id)
-    if holder is not None and holder != req.member_id:
-        raise ProtocolError(
-            ErrorCode.FENCED_INSTANCE_ID,
-            f"instance id {req.instance_id!r} of streams group {group.group_id!r} now belongs to member "
-            f"{holder!r}: another process with the same instance id replaced this one")
-
-
-def static_predecessor(group: StreamsGroup, req: StreamsHeartbeatRequest) -> str | None:
-    """On a static join: the member id this join takes over (a holder away with -2), or None."""
-    if req.instance_id is None:
-        return None
-    holder = group.static_members.get(req.instance_id)
-    if holder is None or holder == req.member_id:
-        return None
-    if group.current[holder].epoch != STATIC_LEAVE_EPOCH:
-        raise ProtocolError(
-            ErrorCode.UNRELEASED_INSTANCE_ID,
-            f"instance id {req.instance_id!r} of streams group {group.group_id!r} is still held by live "
-            f"member {holder!r}; it is released when that member leaves with epoch -2 or its session "
-            "times out")
-    return holder
