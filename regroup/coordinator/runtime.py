@@ -68,8 +68,6 @@ class Effects(Generic[R]):
     notes: tuple[str, ...] = ()
     #: When the core's timers are due next (None: no timer): the shell's one wake-up.
     next_deadline: int | None = None
-    #: The store was handed a snapshot to compact to.
-    compacted: bool = False
 
     @property
     def installed_target(self) -> bool:
@@ -95,20 +93,18 @@ class Runtime:
         out = decide(self.coord)
         store = self.store
         history: tuple[HistoryOp, ...] = ()
-        compacted = False
         if out.records:
             if out.epoch_events:
                 history = tuple(derive(out.epoch_events, self.unix_ms()))
             seq = store.append(out.records, history)
             if store.compaction_due():
                 store.compact(self.coord.snapshot())
-                compacted = True
         else:
             seq = store.tail
         nudges = out.wake - {requester} if requester is not None and out.wake else out.wake
         return Effects(out.response, seq, out.records, history, nudges, out.fences, out.epoch_events,
-                       out.departed, out.notes, self.coord.next_deadline(), compacted)
+                       out.departed, out.notes, self.coord.next_deadline())
 
     def read(self, answer: Callable[[Coordinator], R]) -> Effects[R]:
         """Answer from the core's state; the answer waits for the store's tail (rule 2)."""
-        return Effects(answer(self.coord), self.store.tail, next_deadline=self.coord.next_deadline())
+        return Effects(answer(self.coord), self.store.tail)

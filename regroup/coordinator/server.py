@@ -123,6 +123,8 @@ async def serve(
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
+        # Only the main thread of a Unix process can take signals; a serve() embedded elsewhere (a test,
+        # another program's thread) is stopped through ``stop`` instead.
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(sig, stop.set)
 
