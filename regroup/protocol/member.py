@@ -75,7 +75,9 @@ Rules:
    emit ``Lost(held)``: the driver drops those shards WITHOUT committing (someone else may own them
    already). ``held`` is owned plus the shards of an outstanding, now cancelled, Assign. Then epoch
    0, owned empty, and a full join with the same member id (Kafka's behaviour), right away, or after
-   the retry backoff if the failed request was itself a join. Late acknowledgements of cancelled
+   the retry backoff if the failed request was itself a join. The session is checked by `tick`
+   and at every acknowledgement, so a late acknowledgement never starts the next step of a
+   reconciliation the coordinator has since given away. Late acknowledgements of cancelled
    actions are ignored. A response to a request sent before the reset is ignored too.
 6. Other errors. UNRELEASED_INSTANCE_ID: another process still holds our instance id; retry the
    join after ``unreleased_instance_backoff_ms``. FENCED_INSTANCE_ID (another process took our
@@ -631,7 +633,12 @@ class MemberStateMachine:
             self._state = MemberState.STABLE
 
     def _advance(self, now_ms: int) -> list[Action]:
-        """After an acknowledgement: continue leaving or reconciling."""
+        """After an acknowledgement: continue leaving or reconciling -- unless the session ran out
+        meanwhile (rule 5). A slow driver may acknowledge long after the last answer; the next step
+        of a reconciliation from before the coordinator fenced us must not be handed out."""
+        deadline = self.session_deadline()
+        if deadline is not None and now_ms >= deadline:
+            return self.tick(now_ms)
         if self._state is MemberState.PREPARE_LEAVING:
             return self._continue_leaving(now_ms)
         if self._state in _IN_GROUP:

@@ -382,6 +382,26 @@ def test_session_expiry_loses_partitions_and_rejoins() -> None:
     assert req.member_epoch == 0 and req.owned == EMPTY and is_full(m, req)
 
 
+def test_a_late_acknowledgement_after_the_session_ran_out_loses_instead_of_taking_more() -> None:
+    """Found by the long property run: a slow member acknowledged an Assign 65 s after its last
+    answer; the next step (from a target the coordinator had since given to another member) was
+    handed out. The acknowledgement must check the session like `tick` does."""
+    m = joined(S(A0), now=0, session_timeout_ms=10_000)
+    send(m, 3000)
+    assert m.on_response(ok(2, S(A1, A2)), 3000) == [Revoke(S(A0))]  # A1, A2 wait for the revoke
+    # The session (sent at 3000) ended at 13_000: nothing held any more, so nothing to drop, and
+    # no Assign of A1, A2 -- the member rejoins instead.
+    assert m.revocation_done(S(A0), 13_000) == []
+    assert m.state is MemberState.JOINING and m.owned == EMPTY and m.pending is None
+    # Before the deadline the same acknowledgement continues the reconciliation.
+    m = joined(S(A0), now=0, session_timeout_ms=10_000)
+    send(m, 3000)
+    m.on_response(ok(2, S(A1, A2)), 3000)
+    assert m.revocation_done(S(A0), 12_999) == [Assign(S(A1, A2))]
+    [lost] = m.assignment_done(S(A1, A2), 13_000)
+    assert isinstance(lost, Lost) and lost.shards == S(A1, A2) and "session timeout" in lost.reason
+
+
 def test_session_is_measured_from_the_send_time_of_the_last_success() -> None:
     m = joined(session_timeout_ms=10_000)
     send(m, 3000)
