@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from regroup.coordinator.history import EpochHistory, HistoryOp
-from regroup.protocol.records import Record
+from regroup.protocol.outcome import AnyRecord
 
 
 class MemoryStore:
-    def __init__(self, records: Sequence[Record] = (), *, snapshot_every: int | None = None,
+    def __init__(self, records: Sequence[AnyRecord] = (), *, snapshot_every: int | None = None,
                  history_limit: int = 100) -> None:
         #: What a restart recovers from: the last snapshot, then every record appended after it.
-        self.records: list[Record] = list(records)
+        self.records: list[AnyRecord] = list(records)
         self.history = EpochHistory(history_limit)
         self.snapshot_every = snapshot_every
         self._tail = len(self.records)
@@ -28,7 +28,7 @@ class MemoryStore:
     def tail(self) -> int:
         return self._tail
 
-    def append(self, records: Sequence[Record], history: Sequence[HistoryOp] = ()) -> int:
+    def append(self, records: Sequence[AnyRecord], history: Sequence[HistoryOp] = ()) -> int:
         self.records.extend(records)
         self.history.apply(history)
         self._tail += len(records)
@@ -39,7 +39,7 @@ class MemoryStore:
         every = self.snapshot_every
         return every is not None and self._since_snapshot > max(every, self._last_snapshot_size)
 
-    def compact(self, snapshot: list[Record]) -> None:
+    def compact(self, snapshot: list[AnyRecord]) -> None:
         self.records = list(snapshot)
         self._since_snapshot = 0
         self._last_snapshot_size = len(snapshot)

@@ -16,8 +16,10 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from regroup.protocol.coordinator import Coordinator
-from regroup.protocol.records import GroupEpochRecord, MemberStatus, Record, TargetEpochRecord
+from regroup.protocol.outcome import AnyRecord
+from regroup.protocol.records import GroupEpochRecord, MemberStatus, TargetEpochRecord
 from regroup.protocol.state import GroupState
+from regroup.protocol.streams.records import StreamsEpochRecord
 
 _LATENCY = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 _STEP = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0)
@@ -78,9 +80,9 @@ class Metrics:
         self._member_labels: set[tuple[str, str]] = set()
 
     # ---------------------------------------------------------------- events
-    def observe_records(self, records: Iterable[Record]) -> None:
+    def observe_records(self, records: Iterable[AnyRecord]) -> None:
         for r in records:
-            if isinstance(r, GroupEpochRecord):
+            if isinstance(r, GroupEpochRecord | StreamsEpochRecord):
                 if r.epoch is None:
                     self._forget_group(r.group_id)
                 else:

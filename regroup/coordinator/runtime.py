@@ -24,7 +24,7 @@ from typing import Generic, Protocol, TypeVar
 from regroup.coordinator.history import HistoryOp, derive
 from regroup.protocol.causes import EpochEvent, Fence, TargetInstalled
 from regroup.protocol.coordinator import Coordinator, Outcome
-from regroup.protocol.records import Record
+from regroup.protocol.outcome import AnyRecord
 from regroup.protocol.timers import MemberKey
 
 R = TypeVar("R")
@@ -38,13 +38,13 @@ class RecordStore(Protocol):
         """Sequence number of the last record appended (durable or not)."""
         ...
 
-    def append(self, records: Sequence[Record], history: Sequence[HistoryOp]) -> int:
+    def append(self, records: Sequence[AnyRecord], history: Sequence[HistoryOp]) -> int:
         """Queue records with their history entries; the sequence number to await."""
         ...
 
     def compaction_due(self) -> bool: ...
 
-    def compact(self, snapshot: list[Record]) -> None:
+    def compact(self, snapshot: list[AnyRecord]) -> None:
         """Replace everything appended so far by ``snapshot`` (the state after it)."""
         ...
 
@@ -56,7 +56,7 @@ class Effects(Generic[R]):
     response: R
     #: Release the response once every record up to this sequence number is durable.
     durable_seq: int
-    records: tuple[Record, ...] = ()
+    records: tuple[AnyRecord, ...] = ()
     history: tuple[HistoryOp, ...] = ()
     #: Members to push a "heartbeat now" to (the requester excluded).
     nudges: frozenset[MemberKey] = frozenset()

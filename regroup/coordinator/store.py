@@ -40,7 +40,7 @@ from typing import IO
 
 from regroup.coordinator import codec
 from regroup.coordinator.history import HistoryOp
-from regroup.protocol.records import Record
+from regroup.protocol.outcome import AnyRecord
 from regroup.rpc.types import EpochChange
 
 DB_FILE = "coordinator.db"
@@ -65,7 +65,7 @@ class StoreError(Exception):
 class Loaded:
     """What recovery reads: the snapshot followed by the tail, and the persisted history."""
 
-    records: list[Record]
+    records: list[AnyRecord]
     snapshot_records: int
     tail_records: int
     last_seq: int
@@ -168,14 +168,14 @@ class SqliteLog:
 @dataclass
 class _Append:
     first_seq: int
-    records: Sequence[Record]
+    records: Sequence[AnyRecord]
     history: Sequence[HistoryOp]
 
 
 @dataclass
 class _Compact:
     upto_seq: int
-    snapshot: list[Record]
+    snapshot: list[AnyRecord]
 
 
 @dataclass
@@ -347,7 +347,7 @@ class DurableStore:
     def records_since_snapshot(self) -> int:
         return self._since_snapshot
 
-    def append(self, records: Sequence[Record], history: Sequence[HistoryOp] = ()) -> int:
+    def append(self, records: Sequence[AnyRecord], history: Sequence[HistoryOp] = ()) -> int:
         """Queue records (and history entries) for the next transaction; returns the seq to await."""
         if self.failure is not None:
             raise StoreError(f"the record store failed earlier: {self.failure}")
@@ -375,7 +375,7 @@ class DurableStore:
     def compaction_due(self) -> bool:
         return self._since_snapshot > max(self.snapshot_every, self._last_snapshot_size)
 
-    def compact(self, snapshot: list[Record]) -> None:
+    def compact(self, snapshot: list[AnyRecord]) -> None:
         """Queue a compaction with ``snapshot`` = the state after every record appended so far."""
         if self._writer is None or self.failure is not None:
             return

@@ -1,65 +1,39 @@
-"""The group coordinator as a pure state machine.
+"""The group coordinator as a pure state machine: consumer groups and streams groups behind one door.
 
 Every public method that may change state takes the current time (ms) as an argument and returns an
 `Outcome`: the response, the records that must be made durable *before* the response is released, the
-members worth nudging (their next heartbeat has something for them), and why epochs moved and who was
-fenced (`regroup.protocol.causes`). Nothing here sleeps, reads a clock or touches the network;
-`next_deadline()` tells the shell when to call `expire(now)`. Every request is validated here, so the
-service, the simulator and the tests all exercise the same checks; the shells only decode.
+members worth nudging, and why epochs moved and who was fenced (`regroup.protocol.causes`). Nothing
+here sleeps, reads a clock or touches the network; `next_deadline()` tells the shell when to call
+`expire(now)`. Every request is validated in the core, so the service, the simulator and the tests
+all exercise the same checks; the shells only decode.
 
-Rules the methods keep (docs/protocol.md explains them):
-* the group epoch is bumped only when a member joins, leaves or is fenced, when a subscription
-  changes, or when the subscribed topics' metadata or a regex's resolution changes — never for a
-  static member replacing itself with the same subscription, nor for its temporary leave;
-* the target assignment is recomputed only when the group epoch is ahead of it, and right away, so
-  that the members it affects can be nudged at once;
-* each member then moves toward its target on its own heartbeats (`reconcile`): no barrier.
+Each kind of group keeps its own rules in its own module: `consumer_groups` (KIP-848 consumer groups)
+and `streams.coordinator` (tasks with active, standby and warm-up roles). This module only keeps the
+rules between them:
+
+1. One namespace of group ids. A group id names a consumer group or a streams group, never both. A
+   request of one kind for a group of the other kind is refused with INVALID_REQUEST naming the kind
+   the group is (a misconfigured application, not something to retry).
+2. Offsets set by an operator before anyone joined live in an empty consumer group (there is no way
+   to know yet which kind the group will be). The first streams member to join such a group id takes
+   the group over: its offsets move to the new streams group, in the same step, as records; a consumer
+   group with members is never taken over.
+3. Offset commits, fetches, resets and deletions, describe and delete go to whichever kind the group
+   is; timers, topic changes, snapshots and recovery cover both kinds, consumer groups first.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Generic, TypeVar
 
-from regroup.protocol.assignors import RangeAssignor, UniformAssignor, default_registry
-from regroup.protocol.assignors.base import (
-    Assignment,
-    AssignorRegistry,
-    GroupSpec,
-    validate_assignment,
-)
-from regroup.protocol.causes import (
-    BumpCause,
-    EpochEvent,
-    Fence,
-    FenceReason,
-    GroupCreated,
-    GroupDeleted,
-    GroupEpochBumped,
-    MemberFenced,
-    MemberJoined,
-    MemberLeft,
-    RegexResolved,
-    StaticTakeOver,
-    SubscribedTopicsChanged,
-    SubscriptionChanged,
-    TargetInstalled,
-)
+from regroup.protocol.assignors.base import AssignorRegistry
+from regroup.protocol.causes import GroupDeleted
 from regroup.protocol.config import CoordinatorConfig
-from regroup.protocol.describe import GroupDescription, describe
+from regroup.protocol.consumer_groups import ConsumerGroups, DelegatedSpec
+from regroup.protocol.describe import GroupDescription
 from regroup.protocol.errors import ErrorCode, ProtocolError
-from regroup.protocol.fencing import (
-    check_epoch,
-    check_instance,
-    merged_metadata,
-    static_predecessor,
-    subscription_changed,
-)
 from regroup.protocol.messages import (
     JOIN_EPOCH,
-    LEAVE_EPOCH,
-    STATIC_LEAVE_EPOCH,
     Ack,
     HeartbeatRequest,
     HeartbeatResponse,
@@ -68,625 +42,179 @@ from regroup.protocol.messages import (
     OffsetFetchResponse,
     OffsetResetRequest,
 )
-from regroup.protocol.offsets import (
-    check_member_epoch,
-    commit_records,
-    delete_offset_records,
-    fetch_offsets,
-    require_empty,
-    reset_records,
-)
-from regroup.protocol.reconcile import reconcile
-from regroup.protocol.records import (
-    CurrentAssignment,
-    CurrentAssignmentRecord,
-    GroupEpochRecord,
-    MemberMetadata,
-    MemberMetadataRecord,
-    MemberStatus,
-    OffsetRecord,
-    Record,
-    RegexRecord,
-    SubscribedTopicsRecord,
-    TargetEpochRecord,
-    TargetMemberRecord,
-)
-from regroup.protocol.shard import EMPTY, Shard, ShardSet
-from regroup.protocol.state import Group, GroupState, apply, apply_all
-from regroup.protocol.subscriptions import resolve_regex
-from regroup.protocol.target import (
-    build_spec,
-    chosen_assignor,
-    delegate_for,
-    subscribed_topic_counts,
-    target_records,
-)
-from regroup.protocol.timers import DueTimer, MemberKey, TimerKind, Timers
+from regroup.protocol.outcome import AnyRecord, Outcome, merged
+from regroup.protocol.records import GroupEpochRecord, OffsetRecord, Record
+from regroup.protocol.shard import Shard
+from regroup.protocol.state import Group, GroupState, apply
+from regroup.protocol.streams.coordinator import StreamsConfig, StreamsGroups
+from regroup.protocol.streams.describe import StreamsGroupDescription
+from regroup.protocol.streams.messages import StreamsHeartbeatRequest, StreamsHeartbeatResponse
+from regroup.protocol.streams.records import StreamsRecord
 from regroup.protocol.topics import TopicMetadata
-from regroup.protocol.validation import (
-    check_id,
-    validate_commit,
-    validate_fetch,
-    validate_group_shards,
-    validate_heartbeat,
-    validate_member_ids,
-    validate_new_member,
-    validate_reset,
-)
 
-R = TypeVar("R", covariant=True)
-T = TypeVar("T")
-
-_TRUSTED_ASSIGNORS = (UniformAssignor, RangeAssignor)
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome(Generic[R]):
-    response: R
-    #: Persist these, in order, before releasing the response.
-    records: tuple[Record, ...] = ()
-    #: Members whose next heartbeat will find work (revoke, or shards they waited for are free).
-    wake: frozenset[MemberKey] = frozenset()
-    #: Members removed by this step because they missed a deadline, and which one.
-    fences: tuple[Fence, ...] = ()
-    #: Groups created, bumped (with why) or deleted, and targets installed, in order.
-    epoch_events: tuple[EpochEvent, ...] = ()
-    #: Members no longer in their group after this step (left, fenced, or replaced by a take-over).
-    departed: tuple[MemberKey, ...] = ()
-    #: Things an operator should see in the log (e.g. a custom assignor that failed).
-    notes: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class DelegatedSpec:
-    """What a delegate member needs to compute a target: for which group epoch, with what."""
-
-    group_epoch: int
-    assignor: str
-    spec: GroupSpec
-
-
-@dataclass
-class _Changes:
-    """Records emitted by one step, applied as they are emitted so later decisions see them.
-
-    Causes wait in ``pending`` until the bump they explain (rule 2 of `regroup.protocol.causes`).
-    """
-
-    groups: dict[str, Group]
-    records: list[Record] = field(default_factory=list)
-    wake: set[MemberKey] = field(default_factory=set)
-    fences: list[Fence] = field(default_factory=list)
-    events: list[EpochEvent] = field(default_factory=list)
-    departed: list[MemberKey] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    pending: dict[str, list[BumpCause]] = field(default_factory=dict)
-
-    def emit(self, record: Record) -> None:
-        apply(self.groups, record)
-        self.records.append(record)
-
-    def because(self, group_id: str, cause: BumpCause) -> None:
-        self.pending.setdefault(group_id, []).append(cause)
-
-    def bump(self, group: Group) -> None:
-        epoch = group.epoch + 1
-        self.emit(GroupEpochRecord(group.group_id, epoch))
-        causes = tuple(self.pending.pop(group.group_id, ()))
-        self.events.append(GroupEpochBumped(group.group_id, epoch, causes))
-
-    def outcome(self, response: T) -> Outcome[T]:
-        return Outcome(response, tuple(self.records), frozenset(self.wake), tuple(self.fences),
-                       tuple(self.events), tuple(self.departed), tuple(self.notes))
-
+__all__ = ["Coordinator", "DelegatedSpec", "Outcome"]
 
 class Coordinator:
-    """All groups of one coordinator, their timers and the topic metadata they resolve against."""
+    """All groups of one coordinator, of both kinds, and the topic metadata they resolve against."""
 
     def __init__(
         self,
         config: CoordinatorConfig | None = None,
         assignors: AssignorRegistry | None = None,
         topics: TopicMetadata | None = None,
+        streams: StreamsConfig | None = None,
     ) -> None:
-        self.config = config or CoordinatorConfig()
-        self.assignors = assignors or default_registry()
-        self.topics = topics or TopicMetadata()
-        self.groups: dict[str, Group] = {}
-        self.timers = Timers()
+        self.consumer = ConsumerGroups(config, assignors, topics)
+        self.streams = StreamsGroups(streams, self.consumer.topics, coordinator=self.consumer.config)
+
+    # The consumer-group state, as the shells and tests have always read it.
+    @property
+    def config(self) -> CoordinatorConfig:
+        return self.consumer.config
+
+    @property
+    def assignors(self) -> AssignorRegistry:
+        return self.consumer.assignors
+
+    @property
+    def topics(self) -> TopicMetadata:
+        return self.consumer.topics
+
+    @property
+    def groups(self) -> dict[str, Group]:
+        return self.consumer.groups
 
     # ---------------------------------------------------------------- recovery and snapshots
     @classmethod
     def recover(
         cls,
-        records: Iterable[Record],
+        records: Iterable[AnyRecord],
         now: int,
         config: CoordinatorConfig | None = None,
         assignors: AssignorRegistry | None = None,
         topics: TopicMetadata | None = None,
+        streams: StreamsConfig | None = None,
     ) -> Coordinator:
-        """Rebuild from durable records and re-arm every timer as of ``now``.
-
-        Members get a full session from ``now`` (they could not heartbeat while we were down), and
-        members still revoking get a full revocation timeout.
-
-        Without ``topics``, the coordinator starts from the topic metadata its groups last recorded.
-        Starting there, and not from the log's current view, lets the first `update_topics` see
-        whatever changed while the coordinator was down, exactly as if it had been running.
-        """
-        coord = cls(config, assignors, topics)
-        apply_all(coord.groups, records)
-        if topics is None:
-            coord.topics = _recorded_topics(coord.groups)
-        for gid, group in sorted(coord.groups.items()):
-            for mid in sorted(group.members):
-                coord._touch(gid, mid, now)
-                cur = group.current.get(mid)
-                revoking = cur is not None and cur.status is MemberStatus.UNREVOKED
-                if cur is not None and revoking and cur.epoch != STATIC_LEAVE_EPOCH:
-                    coord.timers.arm(TimerKind.REVOCATION, gid, mid,
-                                     now + group.members[mid].rebalance_timeout_ms, cur.epoch)
-            if group.epoch > group.target_epoch and group.members:
-                coord.timers.arm(TimerKind.DELEGATION, gid, "", now + coord._delegation_timeout(group),
-                                 group.epoch)
+        """Rebuild from durable records of both kinds and re-arm every timer as of ``now`` (see
+        `ConsumerGroups.recover` for what "as of now" means and where topic metadata starts)."""
+        consumer: list[Record] = []
+        streams_records: list[StreamsRecord] = []
+        for r in records:
+            if isinstance(r, StreamsRecord):
+                streams_records.append(r)
+            else:
+                consumer.append(r)
+        coord = cls(config, assignors, topics, streams)
+        coord.consumer = ConsumerGroups.recover(consumer, now, config, assignors, topics)
+        coord.streams.topics = coord.consumer.topics
+        coord.streams.recover(streams_records, now)
         return coord
 
-    def snapshot(self) -> list[Record]:
+    def snapshot(self) -> list[AnyRecord]:
         """The shortest record list that rebuilds the current state (replaces the history)."""
-        out: list[Record] = []
-        for gid, g in sorted(self.groups.items()):
-            out.append(GroupEpochRecord(gid, g.epoch))
-            out.append(SubscribedTopicsRecord(gid, dict(g.subscribed_topics)))
-            out.extend(RegexRecord(gid, rx, t) for rx, t in sorted(g.regexes.items()))
-            out.extend(MemberMetadataRecord(gid, mid, m) for mid, m in sorted(g.members.items()))
-            out.extend(TargetMemberRecord(gid, mid, s) for mid, s in sorted(g.target.items()))
-            out.append(TargetEpochRecord(gid, g.target_epoch, g.assignor))
-            out.extend(CurrentAssignmentRecord(gid, mid, c) for mid, c in sorted(g.current.items()))
-            out.extend(OffsetRecord(gid, s, o.offset, o.metadata, o.commit_epoch)
-                       for s, o in sorted(g.offsets.items()))
-        return out
+        return [*self.consumer.snapshot(), *self.streams.snapshot()]
 
-    # ---------------------------------------------------------------- heartbeat
+    # ---------------------------------------------------------------- heartbeats
     def heartbeat(self, req: HeartbeatRequest, now: int) -> Outcome[HeartbeatResponse]:
-        try:
-            validate_heartbeat(req, self.config)
-            if req.member_epoch == LEAVE_EPOCH:
-                return self._leave(req, now)
-            if req.member_epoch == STATIC_LEAVE_EPOCH:
-                return self._static_leave(req, now)
-            return self._heartbeat(req, now)
-        except ProtocolError as e:
-            return Outcome(HeartbeatResponse(e.code, e.message, req.member_id, req.member_epoch,
-                                             self.config.heartbeat_interval_ms))
+        """The one door for a consumer: join, heartbeat, leave (-1) or step out (-2)."""
+        if req.group_id in self.streams.groups:
+            return Outcome(HeartbeatResponse(ErrorCode.INVALID_REQUEST, _other_kind(req.group_id, "streams")))
+        return self.consumer.heartbeat(req, now)
 
-    def _heartbeat(self, req: HeartbeatRequest, now: int) -> Outcome[HeartbeatResponse]:
-        gid, mid = req.group_id, req.member_id
-        joining = req.member_epoch == JOIN_EPOCH
-        group = self.groups.get(gid)
-        meta = group.members.get(mid) if group is not None else None
-        predecessor: str | None = None
-        # --- checks: nothing below raises once the first record is emitted ---
-        if group is None:
-            if not joining:
-                raise ProtocolError(ErrorCode.GROUP_ID_NOT_FOUND,
-                                    f"group {gid!r} does not exist; join it with member_epoch 0")
-        else:
-            check_instance(group, req, meta, joining)
-            if joining:
-                predecessor = static_predecessor(group, req)
-                if meta is None and predecessor is None and len(group.members) >= self.config.max_group_size:
-                    raise ProtocolError(
-                        ErrorCode.GROUP_MAX_SIZE_REACHED,
-                        f"group {gid!r} already has {len(group.members)} members, the most this "
-                        "coordinator allows (max_group_size); add capacity or use another group")
-            elif meta is None:
-                raise ProtocolError(
-                    ErrorCode.UNKNOWN_MEMBER_ID,
-                    f"member {mid!r} is not in group {gid!r} (it left, or was fenced after its session "
-                    "timed out); release its partitions and rejoin with epoch 0")
-            else:
-                check_epoch(group, req, group.current[mid])
-        if joining and meta is None:
-            validate_new_member(req)
-        base = meta if meta is not None else (
-            group.members[predecessor] if group is not None and predecessor is not None else None)
-        new_meta = merged_metadata(base, req, self.config, self.assignors)
+    def streams_heartbeat(self, req: StreamsHeartbeatRequest, now: int) -> Outcome[StreamsHeartbeatResponse]:
+        """The one door for a streams member (rule 2 when it is the first to join an id)."""
+        gid = req.group_id
+        taken = self.consumer.groups.get(gid) if isinstance(gid, str) else None
+        if taken is not None and gid not in self.streams.groups:
+            if taken.members:
+                return Outcome(StreamsHeartbeatResponse(ErrorCode.INVALID_REQUEST, _other_kind(gid, "consumer")))
+            if req.member_epoch != JOIN_EPOCH:
+                return self.streams.heartbeat(req, now)  # not a join: refused there as unknown
+            out = self.streams.heartbeat(req, now)
+            if gid not in self.streams.groups:
+                return out  # the join was refused: nothing taken over
+            moved = dict(taken.offsets)
+            gone: list[Record] = [OffsetRecord(gid, s, None) for s in sorted(moved)]
+            gone.append(GroupEpochRecord(gid, None))
+            for r in gone:
+                apply(self.consumer.groups, r)
+            adopted = self.streams.adopt_offsets(gid, moved)
+            return merged(out.response, out, Outcome(None, tuple(gone), epoch_events=(GroupDeleted(gid),)),
+                          adopted)
+        return self.streams.heartbeat(req, now)
 
-        # --- changes ---
-        ch = _Changes(self.groups)
-        if group is None:
-            ch.emit(GroupEpochRecord(gid, 0))
-            ch.events.append(GroupCreated(gid))
-            group = self.groups[gid]
-        bump = False
-        if predecessor is not None:
-            self._take_over(ch, group, predecessor, mid, new_meta)
-            bump = subscription_changed(base, new_meta) if base is not None else True
-            if bump and req.instance_id is not None:
-                ch.because(gid, StaticTakeOver(req.instance_id, predecessor, mid))
-        elif meta is None:
-            ch.emit(MemberMetadataRecord(gid, mid, new_meta))
-            ch.emit(CurrentAssignmentRecord(gid, mid, CurrentAssignment(0, LEAVE_EPOCH, MemberStatus.STABLE,
-                                                                        EMPTY, EMPTY)))
-            ch.because(gid, MemberJoined(mid))
-            bump = True
-        else:
-            if new_meta is not meta:
-                ch.emit(MemberMetadataRecord(gid, mid, new_meta))
-                bump = subscription_changed(meta, new_meta)
-                if bump:
-                    ch.because(gid, SubscriptionChanged(mid))
-            cur = group.current[mid]
-            if cur.epoch == STATIC_LEAVE_EPOCH:  # the same static member is back under its own id
-                ch.emit(CurrentAssignmentRecord(gid, mid, _returned(cur)))
-        if bump:
-            self._subscriptions_changed(ch, group, force_bump=True)
-        self._maybe_update_target(ch, group, now)
-
-        cur = group.current[mid]
-        owners = group.owners
-        owned = req.owned
-        if joining and meta is not None and cur.epoch > 0:
-            # A join from a member we know at a real epoch: a retry after a lost join response, a
-            # rejoin after the member gave up on us, or a stale duplicate. Its "owns nothing" cannot
-            # be trusted to release anything: treat ownership as unreported until its next heartbeat.
-            owned = None
-        nxt = reconcile(cur, group.target_epoch, group.member_target(mid), owned,
-                        lambda s: owners.get(s, mid) != mid)
-        if nxt is not cur:
-            ch.emit(CurrentAssignmentRecord(gid, mid, nxt))
-            self._wake_waiters(ch, group, _held(cur) - _held(nxt))
-        self._arm_revocation(group, mid, cur, nxt, now)
-        self._touch(gid, mid, now)
-
-        # The assignment goes out when it changed or the member is out of step; a new epoch alone
-        # travels in member_epoch, so a member whose shards do not change has nothing to act on.
-        # A full request (owned, subscription and rebalance timeout all set) is how a member that
-        # may have missed an answer resynchronises: it always gets its assignment back.
-        full = req.owned is not None and req.rebalance_timeout_ms is not None and (
-            req.subscribed_topics is not None or req.subscribed_regex is not None)
-        send = (joining or full or (nxt.assigned is not cur.assigned and nxt.assigned != cur.assigned)
-                or (req.owned is not None and req.owned != nxt.assigned))
-        delegate = self._pending_delegate(group)
-        return ch.outcome(HeartbeatResponse(
-            ErrorCode.NONE, "", mid, nxt.epoch, self.config.heartbeat_interval_ms,
-            nxt.assigned if send else None, should_compute_assignment=delegate == mid,
-            session_timeout_ms=self.config.session_timeout_ms))
-
-    def _take_over(self, ch: _Changes, group: Group, old: str, new: str, meta: MemberMetadata) -> None:
-        """A static member rejoins under a new member id: it inherits everything, nothing moves."""
-        gid = group.group_id
-        old_cur = group.current[old]
-        old_target = group.target.get(old)
-        self._drop_member(ch, group, old)
-        ch.emit(MemberMetadataRecord(gid, new, meta))
-        if old_target is not None:
-            ch.emit(TargetMemberRecord(gid, new, old_target))
-        ch.emit(CurrentAssignmentRecord(gid, new, _returned(old_cur)))
-
-    # ---------------------------------------------------------------- leaving
-    def _leave(self, req: HeartbeatRequest, now: int) -> Outcome[HeartbeatResponse]:
-        group, _ = self._known_member(req)
-        ch = _Changes(self.groups)
-        self._remove(ch, group, req.member_id, now, MemberLeft(req.member_id))
-        return ch.outcome(HeartbeatResponse(ErrorCode.NONE, "", req.member_id, LEAVE_EPOCH,
-                                            self.config.heartbeat_interval_ms))
-
-    def _static_leave(self, req: HeartbeatRequest, now: int) -> Outcome[HeartbeatResponse]:
-        """A static member steps out for a while: it keeps its shards until its session times out."""
-        group, cur = self._known_member(req)
-        ch = _Changes(self.groups)
-        if cur.epoch != STATIC_LEAVE_EPOCH:
-            away = CurrentAssignment(STATIC_LEAVE_EPOCH, cur.epoch, cur.status, cur.assigned,
-                                     cur.pending_revocation)
-            ch.emit(CurrentAssignmentRecord(group.group_id, req.member_id, away))
-        self.timers.disarm(TimerKind.REVOCATION, group.group_id, req.member_id)
-        self._touch(group.group_id, req.member_id, now)
-        return ch.outcome(HeartbeatResponse(ErrorCode.NONE, "", req.member_id, STATIC_LEAVE_EPOCH,
-                                            self.config.heartbeat_interval_ms))
-
-    def _known_member(self, req: HeartbeatRequest) -> tuple[Group, CurrentAssignment]:
-        group = self.groups.get(req.group_id)
-        if group is None:
-            raise ProtocolError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {req.group_id!r} does not exist")
-        meta = group.members.get(req.member_id)
-        if meta is None:
-            raise ProtocolError(ErrorCode.UNKNOWN_MEMBER_ID,
-                                f"member {req.member_id!r} is not in group {req.group_id!r}; "
-                                "nothing to leave")
-        check_instance(group, req, meta)
-        return group, group.current[req.member_id]
-
-    def _remove(self, ch: _Changes, group: Group, mid: str, now: int, cause: MemberLeft | MemberFenced,
-                ) -> None:
-        """Take a member out for good (leave or fence): bump, free its shards, new target."""
-        released = _held(group.current[mid])
-        self._drop_member(ch, group, mid)
-        ch.because(group.group_id, cause)
-        self._subscriptions_changed(ch, group, force_bump=True)
-        self._maybe_update_target(ch, group, now)
-        self._wake_waiters(ch, group, released)
-
-    def _drop_member(self, ch: _Changes, group: Group, mid: str) -> None:
-        gid = group.group_id
-        ch.emit(CurrentAssignmentRecord(gid, mid, None))
-        if mid in group.target:
-            ch.emit(TargetMemberRecord(gid, mid, None))
-        ch.emit(MemberMetadataRecord(gid, mid, None))
-        ch.departed.append((gid, mid))
-        self.timers.forget_member(gid, mid)
-
-    # ---------------------------------------------------------------- epochs and targets
-    def _subscriptions_changed(self, ch: _Changes, group: Group, force_bump: bool) -> None:
-        """Re-resolve regexes and subscribed topics; bump when forced or anything moved."""
-        gid = group.group_id
-        changed = force_bump
-        in_use = {m.subscribed_regex for m in group.members.values() if m.subscribed_regex}
-        for rx in sorted(set(group.regexes) - in_use):
-            ch.emit(RegexRecord(gid, rx, None))
-        for rx in sorted(in_use):
-            resolved = resolve_regex(rx, self.topics)
-            if group.regexes.get(rx) != resolved:
-                ch.emit(RegexRecord(gid, rx, resolved))
-                ch.because(gid, RegexResolved(rx, resolved))
-                changed = True
-        counts = subscribed_topic_counts(group, self.topics)
-        if counts != group.subscribed_topics:
-            ch.emit(SubscribedTopicsRecord(gid, counts))
-            ch.because(gid, SubscribedTopicsChanged(counts))
-            changed = True
-        if changed:
-            ch.bump(group)
-
-    def _maybe_update_target(self, ch: _Changes, group: Group, now: int) -> None:
-        if group.epoch <= group.target_epoch:
-            return
-        name = chosen_assignor(group, self.assignors)
-        if name not in self.assignors:
-            delegate = delegate_for(group, name)
-            if delegate is not None:
-                if not self.timers.is_armed(TimerKind.DELEGATION, group.group_id, ""):
-                    self.timers.arm(TimerKind.DELEGATION, group.group_id, "",
-                                    now + self._delegation_timeout(group), group.epoch)
-                ch.wake.add((group.group_id, delegate))
-                return
-            ch.notes.append(f"group {group.group_id!r}: no member can run client assignor {name!r}; "
-                            f"using {self.assignors.default.name!r}")
-            name = self.assignors.default.name
-        self._install(ch, group, self._compute(ch, group, name))
-
-    def _compute(self, ch: _Changes, group: Group, name: str) -> tuple[str, Assignment]:
-        assignor = self.assignors.get(name)
-        spec = build_spec(group)
-        if isinstance(assignor, _TRUSTED_ASSIGNORS):
-            return name, assignor.assign(spec)
-        try:
-            return name, validate_assignment(spec, assignor.assign(spec))
-        except Exception as e:  # a custom assignor must not take the group down with it
-            fallback = self.assignors.default
-            ch.notes.append(f"group {group.group_id!r}: assignor {name!r} failed ({e}); "
-                            f"used {fallback.name!r} for epoch {group.epoch}")
-            return fallback.name, fallback.assign(spec)
-
-    def _install(self, ch: _Changes, group: Group, computed: tuple[str, Assignment]) -> None:
-        name, assignment = computed
-        records, changed = target_records(group, assignment, name)
-        for r in records:
-            ch.emit(r)
-        gid = group.group_id
-        ch.events.append(TargetInstalled(gid, group.target_epoch, name, len(records) - 1))
-        ch.wake.update((gid, mid) for mid in changed)
-        self.timers.disarm(TimerKind.DELEGATION, gid, "")
-
-    def _pending_delegate(self, group: Group) -> str | None:
-        if group.epoch <= group.target_epoch:
-            return None
-        name = chosen_assignor(group, self.assignors)
-        return None if name in self.assignors else delegate_for(group, name)
-
-    def _delegation_timeout(self, group: Group) -> int:
-        timeouts = [m.rebalance_timeout_ms for m in group.members.values()]
-        return max(timeouts) if timeouts else self.config.session_timeout_ms
-
-    # ---------------------------------------------------------------- delegated assignment
+    # ---------------------------------------------------------------- delegation (consumer groups)
     def assignment_spec(self, group_id: str, member_id: str, member_epoch: int) -> DelegatedSpec:
-        """For the delegate: the input to compute the next target with a client-side assignor."""
-        validate_member_ids(group_id, member_id, self.config)
-        group = self._group(group_id)
-        check_member_epoch(group, member_id, member_epoch)
-        name = chosen_assignor(group, self.assignors)
-        if self._pending_delegate(group) != member_id:
-            raise ProtocolError(
-                ErrorCode.NOT_ASSIGNMENT_DELEGATE,
-                f"member {member_id!r} is not asked to compute the assignment of group {group_id!r} "
-                f"right now (group epoch {group.epoch}, target epoch {group.target_epoch})")
-        return DelegatedSpec(group.epoch, name, build_spec(group))
+        return self.consumer.assignment_spec(group_id, member_id, member_epoch)
 
     def install_assignment(
         self, group_id: str, member_id: str, member_epoch: int, group_epoch: int,
         assignment: dict[str, Iterable[Shard]], now: int,
     ) -> Outcome[Ack]:
-        """The delegate's computed target: validated, then installed exactly like a server one."""
-        try:
-            spec = self.assignment_spec(group_id, member_id, member_epoch)
-            if group_epoch != spec.group_epoch:
-                raise ProtocolError(
-                    ErrorCode.INVALID_ASSIGNMENT,
-                    f"assignment computed for group epoch {group_epoch}, but group {group_id!r} is at "
-                    f"epoch {spec.group_epoch}; fetch the spec again and recompute")
-            checked = validate_assignment(spec.spec, assignment)
-        except ProtocolError as e:
-            return Outcome(Ack(e.code, e.message))
-        ch = _Changes(self.groups)
-        self._install(ch, self.groups[group_id], (spec.assignor, checked))
-        return ch.outcome(Ack(ErrorCode.NONE))
+        return self.consumer.install_assignment(group_id, member_id, member_epoch, group_epoch, assignment, now)
 
-    # ---------------------------------------------------------------- timers
+    # ---------------------------------------------------------------- timers and topics
     def next_deadline(self) -> int | None:
-        """When `expire` has work next (ms), or None."""
-        return self.timers.next_deadline()
+        deadlines = [d for d in (self.consumer.next_deadline(), self.streams.next_deadline()) if d is not None]
+        return min(deadlines) if deadlines else None
 
     def expire(self, now: int) -> Outcome[None]:
-        """Fence members whose session or revocation timed out; finish overdue delegations."""
-        ch = _Changes(self.groups)
-        for due in self.timers.pop_due(now):
-            self._fire(ch, due, now)
-        return ch.outcome(None)
+        return merged(None, self.consumer.expire(now), self.streams.expire(now))
 
-    def _fire(self, ch: _Changes, due: DueTimer, now: int) -> None:
-        group = self.groups.get(due.group_id)
-        if group is None:
-            return
-        if due.kind is TimerKind.DELEGATION:
-            if group.epoch == due.epoch and group.epoch > group.target_epoch and group.members:
-                name = self.assignors.default.name
-                ch.notes.append(f"group {group.group_id!r}: the delegate did not install an assignment "
-                                f"for epoch {group.epoch} in time; used {name!r}")
-                self._install(ch, group, self._compute(ch, group, name))
-            return
-        cur = group.current.get(due.member_id)
-        if cur is None:
-            return
-        revoking = cur.status is MemberStatus.UNREVOKED
-        if due.kind is TimerKind.REVOCATION:
-            if not (revoking and cur.epoch == due.epoch):
-                return
-            reason = FenceReason.REVOCATION_TIMEOUT
-        else:
-            reason = FenceReason.SESSION_TIMEOUT
-        ch.fences.append(Fence(group.group_id, due.member_id, reason,
-                               cur.pending_revocation if revoking else EMPTY))
-        self._remove(ch, group, due.member_id, now, MemberFenced(due.member_id, reason))
-
-    def _arm_revocation(self, group: Group, mid: str, cur: CurrentAssignment, nxt: CurrentAssignment,
-                        now: int) -> None:
-        gid = group.group_id
-        if nxt.status is MemberStatus.UNREVOKED:
-            # A fresh deadline for every new revocation, also one that follows another at once.
-            if cur.status is not MemberStatus.UNREVOKED or nxt.pending_revocation != cur.pending_revocation \
-                    or not self.timers.is_armed(TimerKind.REVOCATION, gid, mid):
-                self.timers.arm(TimerKind.REVOCATION, gid, mid,
-                                now + group.members[mid].rebalance_timeout_ms, nxt.epoch)
-        elif cur.status is MemberStatus.UNREVOKED:
-            self.timers.disarm(TimerKind.REVOCATION, gid, mid)
-
-    def _touch(self, gid: str, mid: str, now: int) -> None:
-        self.timers.touch_session(gid, mid, now + self.config.session_timeout_ms)
-
-    def _wake_waiters(self, ch: _Changes, group: Group, released: ShardSet) -> None:
-        if not released:
-            return
-        for mid, c in group.current.items():
-            if c.status is MemberStatus.UNRELEASED and not group.member_target(mid).isdisjoint(released):
-                ch.wake.add((group.group_id, mid))
-
-    # ---------------------------------------------------------------- topic metadata
     def update_topics(self, topics: TopicMetadata, now: int) -> Outcome[None]:
-        """New topic metadata from the log: groups whose subscribed topics changed get a new epoch."""
-        old = self.topics
-        self.topics = topics
-        ch = _Changes(self.groups)
-        if topics == old:
-            return ch.outcome(None)
-        for _, group in sorted(self.groups.items()):
-            if group.members:
-                self._subscriptions_changed(ch, group, force_bump=False)
-                self._maybe_update_target(ch, group, now)
-        return ch.outcome(None)
+        return merged(None, self.consumer.update_topics(topics, now), self.streams.update_topics(topics, now))
 
     # ---------------------------------------------------------------- offsets and admin
     def commit_offsets(self, req: OffsetCommitRequest, now: int) -> Outcome[Ack]:
-        """A member's commit (an operator's goes through `reset_offsets`)."""
-        try:
-            validate_commit(req, self.config)
-            records = commit_records(self.groups.get(req.group_id), req)
-        except ProtocolError as e:
-            return Outcome(Ack(e.code, e.message))
-        return self._offsets_changed(records)
+        if req.group_id in self.streams.groups:
+            return self.streams.commit_offsets(req, now)
+        return self.consumer.commit_offsets(req, now)
 
     def reset_offsets(self, req: OffsetResetRequest, now: int) -> Outcome[Ack]:
-        """An operator sets committed offsets of a group nobody consumes (also backwards)."""
-        try:
-            validate_reset(req, self.config)
-            records = reset_records(self.groups.get(req.group_id), req)
-        except ProtocolError as e:
-            return Outcome(Ack(e.code, e.message))
-        return self._offsets_changed(records)
+        if req.group_id in self.streams.groups:
+            return self.streams.reset_offsets(req, now)
+        return self.consumer.reset_offsets(req, now)
 
     def fetch_offsets(self, req: OffsetFetchRequest) -> OffsetFetchResponse:
-        try:
-            validate_fetch(req, self.config)
-            return OffsetFetchResponse(ErrorCode.NONE, "", fetch_offsets(self.groups.get(req.group_id), req))
-        except ProtocolError as e:
-            return OffsetFetchResponse(e.code, e.message)
+        if req.group_id in self.streams.groups:
+            return self.streams.fetch_offsets(req)
+        return self.consumer.fetch_offsets(req)
 
     def delete_offsets(self, group_id: str, shards: tuple[Shard, ...] | None) -> Outcome[Ack]:
-        try:
-            validate_group_shards(group_id, shards, self.config)
-            records = delete_offset_records(self._group(group_id), shards)
-        except ProtocolError as e:
-            return Outcome(Ack(e.code, e.message))
-        return self._offsets_changed(records)
-
-    def _offsets_changed(self, records: list[Record]) -> Outcome[Ack]:
-        ch = _Changes(self.groups)
-        for r in records:
-            ch.emit(r)
-        return ch.outcome(Ack(ErrorCode.NONE))
+        if group_id in self.streams.groups:
+            return self.streams.delete_offsets(group_id, shards)
+        return self.consumer.delete_offsets(group_id, shards)
 
     def delete_group(self, group_id: str) -> Outcome[Ack]:
-        try:
-            check_id("group_id", group_id, self.config)
-            group = self._group(group_id)
-            require_empty(group, "deleting")
-        except ProtocolError as e:
-            return Outcome(Ack(e.code, e.message))
-        ch = _Changes(self.groups)
-        for r in delete_offset_records(group, None):
-            ch.emit(r)
-        ch.emit(GroupEpochRecord(group_id, None))
-        ch.events.append(GroupDeleted(group_id))
-        return ch.outcome(Ack(ErrorCode.NONE))
+        if group_id in self.streams.groups:
+            return self.streams.delete_group(group_id)
+        return self.consumer.delete_group(group_id)
 
+    # ---------------------------------------------------------------- reading
     def describe_group(self, group_id: str) -> GroupDescription:
-        """The group as the coordinator sees it; raises INVALID_REQUEST or GROUP_ID_NOT_FOUND."""
-        check_id("group_id", group_id, self.config)
-        return describe(self._group(group_id))
+        """A consumer group as the coordinator sees it; raises INVALID_REQUEST (also for a streams
+        group: `describe_streams_group` describes those) or GROUP_ID_NOT_FOUND."""
+        if group_id in self.streams.groups:
+            raise ProtocolError(ErrorCode.INVALID_REQUEST, _other_kind(group_id, "streams"))
+        return self.consumer.describe_group(group_id)
+
+    def describe_streams_group(self, group_id: str) -> StreamsGroupDescription:
+        if group_id in self.consumer.groups:
+            raise ProtocolError(ErrorCode.INVALID_REQUEST, _other_kind(group_id, "consumer"))
+        return self.streams.describe_group(group_id)
 
     def list_groups(self) -> list[tuple[str, GroupState, int]]:
-        """``(group id, state, member count)`` of every group."""
-        return [(gid, g.state, len(g.members)) for gid, g in sorted(self.groups.items())]
+        """``(group id, state, member count)`` of every consumer group."""
+        return self.consumer.list_groups()
+
+    def list_streams_groups(self) -> list[tuple[str, str, int]]:
+        """``(group id, state, member count)`` of every streams group."""
+        return [(gid, g.state.value, len(g.members)) for gid, g in sorted(self.streams.groups.items())]
 
     def watch(self, group_id: str, member_id: str) -> Ack:
-        """May this member open a stream of nudges? Only well-formed ids are checked: a nudge is a
-        hint to heartbeat, so a member may watch before it joins, or after it was fenced."""
-        try:
-            validate_member_ids(group_id, member_id, self.config)
-        except ProtocolError as e:
-            return Ack(e.code, e.message)
-        return Ack(ErrorCode.NONE)
-
-    def _group(self, group_id: str) -> Group:
-        group = self.groups.get(group_id)
-        if group is None:
-            raise ProtocolError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
-        return group
+        return self.consumer.watch(group_id, member_id)
 
 
-def _recorded_topics(groups: dict[str, Group]) -> TopicMetadata:
-    """The topic metadata the groups last recorded (the largest partition count any group saw)."""
-    merged: dict[str, int] = {}
-    for group in groups.values():
-        for t, n in group.subscribed_topics.items():
-            merged[t] = max(merged.get(t, 0), n)
-    return TopicMetadata(merged)
-
-
-def _held(c: CurrentAssignment) -> ShardSet:
-    return c.assigned | c.pending_revocation if c.pending_revocation else c.assigned
-
-
-def _returned(away: CurrentAssignment) -> CurrentAssignment:
-    """A static member back from a temporary leave resumes at the epoch it had when it stepped out."""
-    epoch = away.previous_epoch if away.epoch == STATIC_LEAVE_EPOCH else away.epoch
-    return CurrentAssignment(epoch, epoch, away.status, away.assigned, away.pending_revocation)
+def _other_kind(group_id: str, kind: str) -> str:
+    return (f"group {group_id!r} is a {kind} group; a group id names one kind of group — use another id, "
+            f"or delete the {kind} group once it has no members")

@@ -32,23 +32,42 @@ def _by_operator(req: OffsetFetchRequest) -> bool:
 def check_member_epoch(group: Group, member_id: str, member_epoch: int) -> None:
     """UNKNOWN_MEMBER_ID or STALE_MEMBER_EPOCH unless the member is known at exactly this epoch."""
     current = group.current.get(member_id)
-    if current is None:
+    check_epoch_of(group.group_id, member_id, member_epoch, None if current is None else current.epoch)
+
+
+def check_epoch_of(group_id: str, member_id: str, member_epoch: int, current_epoch: int | None) -> None:
+    """The epoch check of any group type: ``current_epoch`` None means the member is not in the group."""
+    if current_epoch is None:
         raise ProtocolError(
             ErrorCode.UNKNOWN_MEMBER_ID,
-            f"member {member_id!r} is not in group {group.group_id!r} (it left or was fenced); rejoin "
+            f"member {member_id!r} is not in group {group_id!r} (it left or was fenced); rejoin "
             "before committing — its shards may already belong to another member")
-    if member_epoch != current.epoch:
+    if member_epoch != current_epoch:
         raise ProtocolError(
             ErrorCode.STALE_MEMBER_EPOCH,
-            f"member {member_id!r} sent epoch {member_epoch} but is at epoch {current.epoch} in group "
-            f"{group.group_id!r}; heartbeat to learn the current epoch and retry")
+            f"member {member_id!r} sent epoch {member_epoch} but is at epoch {current_epoch} in group "
+            f"{group_id!r}; heartbeat to learn the current epoch and retry")
+
+
+def check_forward(committed: Mapping[Shard, CommittedOffset], shard: Shard, offset: int) -> None:
+    """A member's commit never moves an offset back (only an operator's reset may)."""
+    prev = committed.get(shard)
+    if prev is not None and offset < prev.offset:
+        raise ProtocolError(
+            ErrorCode.OFFSET_OUT_OF_ORDER,
+            f"offset {offset} for {shard} is behind the committed {prev.offset}; committed offsets "
+            "only move forward (an operator's reset on an empty group can move them back)")
 
 
 def require_empty(group: Group, what: str) -> None:
-    if group.members:
+    require_no_members(group.group_id, len(group.members), what)
+
+
+def require_no_members(group_id: str, members: int, what: str) -> None:
+    if members:
         raise ProtocolError(
             ErrorCode.NON_EMPTY_GROUP,
-            f"{what} of group {group.group_id!r} needs an empty group, but it has {len(group.members)} "
+            f"{what} of group {group_id!r} needs an empty group, but it has {members} "
             "member(s); stop its consumers first")
 
 
@@ -66,12 +85,7 @@ def commit_records(group: Group | None, req: OffsetCommitRequest) -> list[Record
                 ErrorCode.NOT_OWNED,
                 f"member {req.member_id!r} commits {shard}, which it does not own at epoch "
                 f"{current.epoch}; only the owner of a shard may commit its offset")
-        prev = committed.get(shard)
-        if prev is not None and offset < prev.offset:
-            raise ProtocolError(
-                ErrorCode.OFFSET_OUT_OF_ORDER,
-                f"offset {offset} for {shard} is behind the committed {prev.offset}; committed offsets "
-                "only move forward (an operator's reset on an empty group can move them back)")
+        check_forward(committed, shard, offset)
     return [OffsetRecord(gid, s, o, req.metadata, req.member_epoch) for s, o in sorted(req.offsets.items())]
 
 

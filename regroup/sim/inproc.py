@@ -16,7 +16,7 @@ from regroup.coordinator.memory_store import MemoryStore
 from regroup.coordinator.runtime import Effects, RecordStore, Runtime
 from regroup.protocol.coordinator import Coordinator, Outcome
 from regroup.protocol.member import Assign, ComputeAssignment, Fatal, Lost, MemberStateMachine, Revoke
-from regroup.protocol.records import Record
+from regroup.protocol.outcome import AnyRecord
 from regroup.protocol.timers import MemberKey
 from regroup.protocol.topics import TopicMetadata
 
@@ -40,7 +40,7 @@ class InProcessGroup:
     now: int = 0
     members: dict[str, MemberStateMachine] = field(default_factory=dict)
     #: Every record written, in order (the store may have compacted its own copy).
-    records: list[Record] = field(default_factory=list)
+    records: list[AnyRecord] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     heartbeats: int = 0
     store: RecordStore = field(default_factory=MemoryStore)

@@ -3,8 +3,9 @@
 Same contract as the consumer-group `Coordinator`: every method that may change state takes the
 time (ms) and returns an `Outcome` (the response, the records to make durable before releasing it,
 the members to nudge, why epochs moved and who was fenced); `next_deadline()` says when to call
-`expire(now)`. Committed offsets are not kept here: they are read through the `CommittedOffsets`
-callable given at construction (the integration hands it the consumer-group offsets store).
+`expire(now)`. Committed source offsets are kept with each group (`StreamsOffsetRecord`); who may
+commit them is `regroup.protocol.streams.offsets`'s rule. `regroup.protocol.coordinator` puts these
+groups beside the consumer groups behind one door (one group-id namespace).
 
 Rules the methods keep:
 
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar, cast
+from typing import TypeVar
 
 from regroup.protocol.causes import (
     BumpCause,
@@ -34,6 +35,7 @@ from regroup.protocol.causes import (
     Fence,
     FenceReason,
     GroupCreated,
+    GroupDeleted,
     GroupEpochBumped,
     MemberFenced,
     MemberJoined,
@@ -44,10 +46,21 @@ from regroup.protocol.causes import (
     TopologyChanged,
 )
 from regroup.protocol.config import CoordinatorConfig
-from regroup.protocol.coordinator import Outcome
 from regroup.protocol.errors import ErrorCode, ProtocolError
-from regroup.protocol.messages import JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAVE_EPOCH
-from regroup.protocol.records import Record
+from regroup.protocol.messages import (
+    JOIN_EPOCH,
+    LEAVE_EPOCH,
+    STATIC_LEAVE_EPOCH,
+    Ack,
+    CommittedOffset,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    OffsetResetRequest,
+)
+from regroup.protocol.outcome import Outcome
+from regroup.protocol.shard import Shard
+from regroup.protocol.streams import offsets as task_offsets
 from regroup.protocol.streams.assignment import (
     NO_TASKS,
     AssignmentConfig,
@@ -55,7 +68,7 @@ from regroup.protocol.streams.assignment import (
 )
 from regroup.protocol.streams.describe import StreamsGroupDescription, describe
 from regroup.protocol.streams.fencing import check_epoch, check_instance, static_predecessor, validate
-from regroup.protocol.streams.lags import CommittedOffsets, LagBook, no_offsets
+from regroup.protocol.streams.lags import CommittedOffsets, LagBook
 from regroup.protocol.streams.messages import (
     StreamsHeartbeatRequest,
     StreamsHeartbeatResponse,
@@ -69,6 +82,7 @@ from regroup.protocol.streams.records import (
     StreamsEpochRecord,
     StreamsMember,
     StreamsMemberRecord,
+    StreamsOffsetRecord,
     StreamsRecord,
     StreamsTargetEpochRecord,
     StreamsTargetRecord,
@@ -79,6 +93,13 @@ from regroup.protocol.streams.target import ASSIGNOR, caught_up, group_status, n
 from regroup.protocol.streams.topology import TaskId
 from regroup.protocol.timers import DueTimer, MemberKey, TimerKind, Timers
 from regroup.protocol.topics import TopicMetadata
+from regroup.protocol.validation import (
+    check_id,
+    validate_commit,
+    validate_fetch,
+    validate_group_shards,
+    validate_reset,
+)
 
 __all__ = ["StreamsConfig", "StreamsGroups"]
 
@@ -98,12 +119,6 @@ class StreamsConfig:
 
     def assignment(self) -> AssignmentConfig:
         return AssignmentConfig(self.standby_replicas, self.acceptable_recovery_lag, self.max_warmups)
-
-
-def _as_records(records: list[StreamsRecord]) -> tuple[Record, ...]:
-    # `Outcome.records` is typed with the consumer-group records only. The integration into the
-    # one coordinator widens that union with `StreamsRecord`; until then the shells never see these.
-    return cast(tuple[Record, ...], tuple(records))
 
 
 @dataclass
@@ -129,7 +144,7 @@ class _Changes:
         self.pending.clear()
 
     def outcome(self, response: T) -> Outcome[T]:
-        return Outcome(response, _as_records(self.records), frozenset(self.wake), tuple(self.fences),
+        return Outcome(response, tuple(self.records), frozenset(self.wake), tuple(self.fences),
                        tuple(self.events), tuple(self.departed))
 
 
@@ -137,13 +152,14 @@ class StreamsGroups:
     """Every streams group of one coordinator, their timers, and the lags their members report."""
 
     def __init__(self, config: StreamsConfig | None = None, topics: TopicMetadata | None = None,
-                 offsets: CommittedOffsets = no_offsets,
+                 offsets: CommittedOffsets | None = None,
                  coordinator: CoordinatorConfig | None = None,
                  group_configs: Mapping[str, StreamsConfig] | None = None) -> None:
         self.config = config or StreamsConfig()
         self.group_configs = dict(group_configs or {})
         self.topics = topics or TopicMetadata()
-        self.offsets = offsets
+        #: Where lags are measured from: the groups' own committed offsets unless a test says otherwise.
+        self.offsets: CommittedOffsets = offsets or self._committed
         self.limits = coordinator or CoordinatorConfig()
         self.groups: dict[str, StreamsGroup] = {}
         self.lags: dict[str, LagBook] = {}
@@ -185,6 +201,8 @@ class StreamsGroups:
             out.extend(StreamsTargetRecord(gid, mid, t) for mid, t in sorted(g.target.items()))
             out.append(StreamsTargetEpochRecord(gid, g.target_epoch))
             out.extend(StreamsCurrentRecord(gid, mid, c) for mid, c in sorted(g.current.items()))
+            out.extend(StreamsOffsetRecord(gid, sh, o.offset, o.metadata, o.commit_epoch)
+                       for sh, o in sorted(g.offsets.items()))
         return out
 
     # ---------------------------------------------------------------- heartbeat
@@ -478,6 +496,81 @@ class StreamsGroups:
 
     def _touch(self, gid: str, mid: str, now: int) -> None:
         self.timers.touch_session(gid, mid, now + self.limits.session_timeout_ms)
+
+    # ---------------------------------------------------------------- offsets and admin
+    def _committed(self, group_id: str, shard: Shard) -> int | None:
+        group = self.groups.get(group_id)
+        committed = group.offsets.get(shard) if group is not None else None
+        return None if committed is None else committed.offset
+
+    def commit_offsets(self, req: OffsetCommitRequest, now: int) -> Outcome[Ack]:
+        """An active's commit of its tasks' source offsets (`offsets` rule 1)."""
+        try:
+            validate_commit(req, self.limits)
+            records = task_offsets.commit_records(self._group(req.group_id), req)
+        except ProtocolError as e:
+            return Outcome(Ack(e.code, e.message))
+        return self._offsets_changed(records)
+
+    def reset_offsets(self, req: OffsetResetRequest, now: int) -> Outcome[Ack]:
+        try:
+            validate_reset(req, self.limits)
+            records = task_offsets.reset_records(self._group(req.group_id), req)
+        except ProtocolError as e:
+            return Outcome(Ack(e.code, e.message))
+        return self._offsets_changed(records)
+
+    def fetch_offsets(self, req: OffsetFetchRequest) -> OffsetFetchResponse:
+        try:
+            validate_fetch(req, self.limits)
+            found: Mapping[Shard, CommittedOffset] = task_offsets.fetch_offsets(self._group(req.group_id), req)
+        except ProtocolError as e:
+            return OffsetFetchResponse(e.code, e.message)
+        return OffsetFetchResponse(ErrorCode.NONE, "", found)
+
+    def delete_offsets(self, group_id: str, shards: tuple[Shard, ...] | None) -> Outcome[Ack]:
+        try:
+            validate_group_shards(group_id, shards, self.limits)
+            records = task_offsets.delete_offset_records(self._group(group_id), shards)
+        except ProtocolError as e:
+            return Outcome(Ack(e.code, e.message))
+        return self._offsets_changed(records)
+
+    def adopt_offsets(self, group_id: str, offsets: Mapping[Shard, CommittedOffset]) -> Outcome[None]:
+        """Offsets an operator set before the group existed (kept as an empty consumer group's) become
+        this new streams group's: `regroup.protocol.coordinator` hands them over on the first join."""
+        ch = _Changes(self.groups)
+        for sh, o in sorted(offsets.items()):
+            ch.emit(StreamsOffsetRecord(group_id, sh, o.offset, o.metadata, o.commit_epoch))
+        return ch.outcome(None)
+
+    def _offsets_changed(self, records: list[StreamsOffsetRecord]) -> Outcome[Ack]:
+        ch = _Changes(self.groups)
+        for r in records:
+            ch.emit(r)
+        return ch.outcome(Ack(ErrorCode.NONE))
+
+    def delete_group(self, group_id: str) -> Outcome[Ack]:
+        """An operator deletes a streams group with no members, its committed offsets with it."""
+        try:
+            check_id("group_id", group_id, self.limits)
+            group = self._group(group_id)
+            records = task_offsets.delete_offset_records(group, None)  # refuses a group with members
+        except ProtocolError as e:
+            return Outcome(Ack(e.code, e.message))
+        ch = _Changes(self.groups)
+        for r in records:
+            ch.emit(r)
+        ch.emit(StreamsEpochRecord(group_id, None))
+        ch.events.append(GroupDeleted(group_id))
+        self.lags.pop(group_id, None)
+        return ch.outcome(Ack(ErrorCode.NONE))
+
+    def _group(self, group_id: str) -> StreamsGroup:
+        group = self.groups.get(group_id)
+        if group is None:
+            raise ProtocolError(ErrorCode.GROUP_ID_NOT_FOUND, f"streams group {group_id!r} does not exist")
+        return group
 
     # ---------------------------------------------------------------- reading
     def describe_group(self, group_id: str) -> StreamsGroupDescription:

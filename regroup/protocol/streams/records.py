@@ -7,8 +7,10 @@ the same function. A payload of None is a tombstone.
 What is *not* here, on purpose: the task offsets members report. They change on every heartbeat,
 they are only hints for the assignor, and every member sends them again in full on its first
 heartbeat after a coordinator restart; persisting them would write a record per heartbeat.
-Committed offsets are not here either: they live with the group's offsets (the consumer-group
-`OffsetRecord`, keyed by `Shard`), which the active task commits through the normal commit path.
+Committed source offsets are `StreamsOffsetRecord`s, keyed by `Shard(topic, partition)` like the
+consumer-group `OffsetRecord` but a type of their own, so that replay never has to guess which kind
+of group an offset belongs to; the active of a task commits them through the normal commit path
+(`regroup.protocol.streams.offsets` says who may).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from regroup.protocol.records import MemberStatus
+from regroup.protocol.shard import Shard
 from regroup.protocol.streams.assignment import MemberTasks
 from regroup.protocol.streams.topology import Topology
 
@@ -28,6 +31,7 @@ __all__ = [
     "StreamsEpochRecord",
     "StreamsMember",
     "StreamsMemberRecord",
+    "StreamsOffsetRecord",
     "StreamsRecord",
     "StreamsTargetEpochRecord",
     "StreamsTargetRecord",
@@ -110,6 +114,17 @@ class StreamsCurrentRecord:
     current: StreamsCurrent | None
 
 
+@dataclass(frozen=True, slots=True)
+class StreamsOffsetRecord:
+    """A committed source offset of a streams group (offset None: deleted)."""
+
+    group_id: str
+    shard: Shard
+    offset: int | None
+    metadata: str = ""
+    commit_epoch: int = -1
+
+
 StreamsRecord = (
     StreamsEpochRecord
     | TopologyRecord
@@ -118,4 +133,5 @@ StreamsRecord = (
     | StreamsTargetRecord
     | StreamsTargetEpochRecord
     | StreamsCurrentRecord
+    | StreamsOffsetRecord
 )

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from regroup.protocol.messages import STATIC_LEAVE_EPOCH
+from regroup.protocol.messages import STATIC_LEAVE_EPOCH, CommittedOffset
 from regroup.protocol.records import MemberStatus
+from regroup.protocol.shard import Shard
 from regroup.protocol.state import CorruptRecordError
 from regroup.protocol.streams.assignment import NO_TASKS, MemberTasks
 from regroup.protocol.streams.records import (
@@ -27,6 +28,7 @@ from regroup.protocol.streams.records import (
     StreamsEpochRecord,
     StreamsMember,
     StreamsMemberRecord,
+    StreamsOffsetRecord,
     StreamsRecord,
     StreamsTargetEpochRecord,
     StreamsTargetRecord,
@@ -67,6 +69,8 @@ class StreamsGroup:
     members: dict[str, StreamsMember] = field(default_factory=dict)
     current: dict[str, StreamsCurrent] = field(default_factory=dict)
     target: dict[str, MemberTasks] = field(default_factory=dict)
+    #: Committed source offsets (by the actives, or an operator's reset).
+    offsets: dict[Shard, CommittedOffset] = field(default_factory=dict)
     # Derived by `apply`, never written directly.
     static_members: dict[str, str] = field(default_factory=dict)
     #: Task -> the member holding it active (assigned or pending revocation).
@@ -118,6 +122,8 @@ def apply(groups: dict[str, StreamsGroup], record: StreamsRecord) -> None:
             group = groups[gid] = StreamsGroup(gid)
         group.epoch = record.epoch
         return
+    if group is None and isinstance(record, StreamsOffsetRecord) and record.offset is None:
+        return  # deleting an offset of a group already gone
     if group is None:
         raise CorruptRecordError(f"record for streams group {gid!r} before the group exists: {record}")
     _APPLIERS[type(record)](group, record)
@@ -194,6 +200,13 @@ def _apply_current(group: StreamsGroup, r: StreamsCurrentRecord) -> None:
         group.holders.setdefault(t, set()).add(mid)
 
 
+def _apply_offset(group: StreamsGroup, r: StreamsOffsetRecord) -> None:
+    if r.offset is None:
+        group.offsets.pop(r.shard, None)
+    else:
+        group.offsets[r.shard] = CommittedOffset(r.offset, r.metadata, r.commit_epoch)
+
+
 _APPLIERS: dict[type, Callable[[StreamsGroup, Any], None]] = {
     TopologyRecord: _apply_topology,
     SourceTopicsRecord: _apply_source_topics,
@@ -201,4 +214,5 @@ _APPLIERS: dict[type, Callable[[StreamsGroup, Any], None]] = {
     StreamsTargetRecord: _apply_target,
     StreamsTargetEpochRecord: _apply_target_epoch,
     StreamsCurrentRecord: _apply_current,
+    StreamsOffsetRecord: _apply_offset,
 }
