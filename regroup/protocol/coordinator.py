@@ -118,7 +118,8 @@ class Coordinator:
     def heartbeat(self, req: HeartbeatRequest, now: int) -> Outcome[HeartbeatResponse]:
         """The one door for a consumer: join, heartbeat, leave (-1) or step out (-2)."""
         if req.group_id in self.streams.groups:
-            return Outcome(HeartbeatResponse(ErrorCode.INVALID_REQUEST, _other_kind(req.group_id, "streams")))
+            refused = HeartbeatResponse(ErrorCode.INVALID_REQUEST, _other_kind(req.group_id, "streams"))
+            return Outcome(refused)
         return self.consumer.heartbeat(req, now)
 
     def streams_heartbeat(self, req: StreamsHeartbeatRequest, now: int) -> Outcome[StreamsHeartbeatResponse]:
@@ -127,7 +128,8 @@ class Coordinator:
         taken = self.consumer.groups.get(gid) if isinstance(gid, str) else None
         if taken is not None and gid not in self.streams.groups:
             if taken.members:
-                return Outcome(StreamsHeartbeatResponse(ErrorCode.INVALID_REQUEST, _other_kind(gid, "consumer")))
+                refused = StreamsHeartbeatResponse(ErrorCode.INVALID_REQUEST, _other_kind(gid, "consumer"))
+                return Outcome(refused)
             if req.member_epoch != JOIN_EPOCH:
                 return self.streams.heartbeat(req, now)  # not a join: refused there as unknown
             out = self.streams.heartbeat(req, now)
@@ -139,8 +141,8 @@ class Coordinator:
             for r in gone:
                 apply(self.consumer.groups, r)
             adopted = self.streams.adopt_offsets(gid, moved)
-            return merged(out.response, out, Outcome(None, tuple(gone), epoch_events=(GroupDeleted(gid),)),
-                          adopted)
+            deleted = Outcome(None, tuple(gone), epoch_events=(GroupDeleted(gid),))
+            return merged(out.response, out, deleted, adopted)
         return self.streams.heartbeat(req, now)
 
     # ---------------------------------------------------------------- delegation (consumer groups)
@@ -151,12 +153,13 @@ class Coordinator:
         self, group_id: str, member_id: str, member_epoch: int, group_epoch: int,
         assignment: dict[str, Iterable[Shard]], now: int,
     ) -> Outcome[Ack]:
-        return self.consumer.install_assignment(group_id, member_id, member_epoch, group_epoch, assignment, now)
+        return self.consumer.install_assignment(group_id, member_id, member_epoch, group_epoch, assignment,
+                                                now)
 
     # ---------------------------------------------------------------- timers and topics
     def next_deadline(self) -> int | None:
-        deadlines = [d for d in (self.consumer.next_deadline(), self.streams.next_deadline()) if d is not None]
-        return min(deadlines) if deadlines else None
+        due = [d for d in (self.consumer.next_deadline(), self.streams.next_deadline()) if d is not None]
+        return min(due) if due else None
 
     def expire(self, now: int) -> Outcome[None]:
         return merged(None, self.consumer.expire(now), self.streams.expire(now))

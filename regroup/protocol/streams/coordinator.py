@@ -523,7 +523,8 @@ class StreamsGroups:
     def fetch_offsets(self, req: OffsetFetchRequest) -> OffsetFetchResponse:
         try:
             validate_fetch(req, self.limits)
-            found: Mapping[Shard, CommittedOffset] = task_offsets.fetch_offsets(self._group(req.group_id), req)
+            group = self._group(req.group_id)
+            found: Mapping[Shard, CommittedOffset] = task_offsets.fetch_offsets(group, req)
         except ProtocolError as e:
             return OffsetFetchResponse(e.code, e.message)
         return OffsetFetchResponse(ErrorCode.NONE, "", found)

@@ -46,7 +46,8 @@ def task_of(group: StreamsGroup, shard: Shard) -> TaskId | None:
 def commit_records(group: StreamsGroup, req: OffsetCommitRequest) -> list[StreamsOffsetRecord]:
     """The records of an accepted commit; raises ProtocolError for a refused one (all or nothing)."""
     current = group.current.get(req.member_id)
-    check_epoch_of(group.group_id, req.member_id, req.member_epoch, None if current is None else current.epoch)
+    check_epoch_of(group.group_id, req.member_id, req.member_epoch,
+                   None if current is None else current.epoch)
     assert current is not None
     active = held(current).active
     for shard, offset in req.offsets.items():
