@@ -284,13 +284,24 @@ def coordinator(
     heartbeat_interval_ms: int = typer.Option(5_000, help="How often members heartbeat."),
     http: str | None = typer.Option(None, "--http", metavar="HOST:PORT",
                                     help="Serve the dashboard and its JSON API here (port 0: any)."),
+    standby_replicas: int = typer.Option(0, help="Streams groups: caught-up standby copies of every task, "
+                                         "on other processes."),
+    acceptable_recovery_lag: int = typer.Option(10_000, help="Streams groups: records a copy may be behind "
+                                                "and still take a task over at once."),
+    max_warmups: int = typer.Option(2, help="Streams groups: warm-up copies restoring at once in a group."),
 ) -> None:
     """Run the group coordinator: gRPC API, durable store, timers, metrics, optional dashboard."""
     from regroup.coordinator.server import ServerConfig, run_coordinator
+    from regroup.protocol.errors import ProtocolError
+    from regroup.protocol.streams.coordinator import StreamsConfig
 
+    try:
+        streams = StreamsConfig(standby_replicas, acceptable_recovery_lag, max_warmups)
+    except ProtocolError as e:
+        raise typer.BadParameter(e.message) from e
     code = run_coordinator(ServerConfig(
         data_dir=data_dir, listen=listen, log_spec=log or os.environ.get("REGROUP_LOG"),
         token=token or os.environ.get("REGROUP_TOKEN"), tls_cert=tls_cert, tls_key=tls_key,
         metrics_port=metrics_port, session_timeout_ms=session_timeout_ms,
-        heartbeat_interval_ms=heartbeat_interval_ms, http=http))
+        heartbeat_interval_ms=heartbeat_interval_ms, http=http, streams=streams))
     raise typer.Exit(code)

@@ -29,7 +29,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 import grpc.aio
@@ -48,6 +48,7 @@ from regroup.protocol.config import CoordinatorConfig
 from regroup.protocol.coordinator import Coordinator
 from regroup.protocol.describe import GroupDescription
 from regroup.protocol.errors import ProtocolError
+from regroup.protocol.streams.coordinator import StreamsConfig
 
 log = logging.getLogger("regroup.coordinator")
 
@@ -89,6 +90,8 @@ class ServerConfig:
     grace_s: float = 1.0
     #: HOST:PORT of the dashboard and its JSON API (None: off).
     http: str | None = None
+    #: Streams groups' settings (every streams group of this coordinator).
+    streams: StreamsConfig = field(default_factory=StreamsConfig)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServerConfig:
@@ -100,7 +103,10 @@ class ServerConfig:
             heartbeat_interval_ms=args.heartbeat_interval_ms, snapshot_every=args.snapshot_every,
             topic_refresh_s=args.topic_refresh_s, history_limit=args.history_limit,
             max_message_bytes=args.max_message_bytes, max_pending_requests=args.max_pending_requests,
-            http=args.http)
+            http=args.http,
+            streams=StreamsConfig(standby_replicas=args.standby_replicas,
+                                  acceptable_recovery_lag=args.acceptable_recovery_lag,
+                                  max_warmups=args.max_warmups))
 
 
 def _host(listen: str) -> str:
@@ -134,7 +140,7 @@ async def serve(
     t0 = time.perf_counter()
     loaded = store.open()
     try:
-        coord = Coordinator.recover(loaded.records, monotonic_ms(), config)
+        coord = Coordinator.recover(loaded.records, monotonic_ms(), config, streams=cfg.streams)
         history = EpochHistory(cfg.history_limit)
         history.apply(loaded.history)
         recovery_s = time.perf_counter() - t0
@@ -282,6 +288,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port")
     p.add_argument("--session-timeout-ms", type=int, default=45_000)
     p.add_argument("--heartbeat-interval-ms", type=int, default=5_000)
+    streams = p.add_argument_group("streams groups")
+    streams.add_argument("--standby-replicas", type=int, default=0,
+                         help="caught-up standby copies of every task, on other processes (default 0)")
+    streams.add_argument("--acceptable-recovery-lag", type=int, default=10_000,
+                         help="records a copy may be behind and still take a task over (default 10000)")
+    streams.add_argument("--max-warmups", type=int, default=2,
+                         help="warm-up copies restoring at once in a group (default 2)")
     p.add_argument("--snapshot-every", type=int, default=50_000,
                    help="compact when this many records were written since the last snapshot")
     p.add_argument("--topic-refresh-s", type=float, default=5.0, help="topic metadata refresh interval")
