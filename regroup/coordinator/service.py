@@ -36,10 +36,11 @@ from regroup.protocol.describe import GroupDescription
 from regroup.protocol.errors import ErrorCode, ProtocolError
 from regroup.protocol.messages import Ack, HeartbeatResponse, OffsetFetchResponse
 from regroup.protocol.shard import Shard
+from regroup.protocol.streams.messages import StreamsHeartbeatResponse
 from regroup.protocol.timers import MemberKey
 from regroup.protocol.topics import TopicMetadata
 from regroup.rpc import regroup_pb2 as pb
-from regroup.rpc import wire
+from regroup.rpc import streams_wire, wire
 from regroup.rpc.errors import WireError
 from regroup.rpc.types import GroupDetails, MemberClient, OffsetStatus, TopicsInfo
 from regroup.rpc.wire import CLIENT_ID_HEADER, SERVICE_NAME
@@ -218,7 +219,7 @@ class CoordinatorService:
         self._rearm_timer(eff.next_deadline)
 
     def _epoch_of(self, group_id: str) -> int:
-        group = self.coord.groups.get(group_id)
+        group = self.coord.groups.get(group_id) or self.coord.streams.groups.get(group_id)
         return group.epoch if group is not None else 0
 
     # ================================================================= timers and topics
@@ -286,6 +287,27 @@ class CoordinatorService:
         self._hb_counters[resp.error].inc()
         self.metrics.heartbeat_latency.observe(time.perf_counter() - t0)
         return wire.heartbeat_response_to_pb(resp)
+
+    async def streams_heartbeat(self, request: pb.StreamsHeartbeatRequest, context: Ctx,
+                                ) -> pb.StreamsHeartbeatResponse:
+        """A streams member's heartbeat: the consumer heartbeat's path, with tasks in roles."""
+        t0 = time.perf_counter()
+        try:
+            req = streams_wire.streams_heartbeat_request_from_pb(request)
+        except WireError as e:
+            refused = StreamsHeartbeatResponse(ErrorCode.INVALID_REQUEST, str(e), request.member_id,
+                                               request.member_epoch, self.coord.config.heartbeat_interval_ms)
+            self._hb_counters[refused.error].inc()
+            return streams_wire.streams_heartbeat_response_to_pb(refused)
+        key = (req.group_id, req.member_id)
+        eff = self._step(lambda c: c.streams_heartbeat(req, self.clock()), key)
+        resp = eff.response
+        if resp.error is ErrorCode.NONE and resp.member_epoch >= 0:
+            self._seen(key, context)
+        await self._released(eff)
+        self._hb_counters[resp.error].inc()
+        self.metrics.heartbeat_latency.observe(time.perf_counter() - t0)
+        return streams_wire.streams_heartbeat_response_to_pb(resp)
 
     async def heartbeat_stream(self, requests: AsyncIterator[pb.HeartbeatRequest], context: Ctx,
                                ) -> AsyncIterator[pb.HeartbeatResponse]:
@@ -410,6 +432,17 @@ class CoordinatorService:
         self._count("DescribeGroup", ErrorCode.NONE)
         return pb.DescribeGroupResponse(error=wire.error_to_pb(ErrorCode.NONE),
                                         group=wire.group_details_to_pb(details))
+
+    async def describe_streams_group(self, request: pb.DescribeGroupRequest, _context: Ctx,
+                                     ) -> pb.DescribeStreamsGroupResponse:
+        try:
+            d = await self._ask(lambda c: c.describe_streams_group(request.group_id))
+        except ProtocolError as e:
+            self._count("DescribeStreamsGroup", e.code)
+            return pb.DescribeStreamsGroupResponse(error=wire.error_to_pb(e.code), message=e.message)
+        self._count("DescribeStreamsGroup", ErrorCode.NONE)
+        return pb.DescribeStreamsGroupResponse(error=wire.error_to_pb(ErrorCode.NONE),
+                                               group=streams_wire.streams_description_to_pb(d))
 
     async def group_details(self, gid: str) -> GroupDetails:
         """What DescribeGroup answers (and the dashboard shows); ProtocolError as the core raises it."""
@@ -537,6 +570,10 @@ class CoordinatorService:
             "DeleteOffsets": unary(self.delete_offsets, pb.DeleteOffsetsRequest, pb.Ack),
             "Topics": unary(self.topics, pb.TopicsRequest, pb.TopicsResponse),
             "RefreshTopics": unary(self.refresh_topics, pb.TopicsRequest, pb.TopicsResponse),
+            "StreamsHeartbeat": unary(self.streams_heartbeat, pb.StreamsHeartbeatRequest,
+                                      pb.StreamsHeartbeatResponse),
+            "DescribeStreamsGroup": unary(self.describe_streams_group, pb.DescribeGroupRequest,
+                                          pb.DescribeStreamsGroupResponse),
         }
         return methods
 

@@ -34,8 +34,10 @@ from regroup.protocol.messages import (
 )
 from regroup.protocol.shard import Shard
 from regroup.protocol.state import GroupState
+from regroup.protocol.streams.describe import StreamsGroupDescription
+from regroup.protocol.streams.messages import StreamsHeartbeatRequest, StreamsHeartbeatResponse
 from regroup.rpc import regroup_pb2 as pb
-from regroup.rpc import wire
+from regroup.rpc import streams_wire, wire
 from regroup.rpc.errors import AuthenticationFailed, CoordinatorUnavailable, RequestRejected, WireError
 from regroup.rpc.types import GroupDetails, Nudge, TopicsInfo
 from regroup.rpc.wire import AUTH_HEADER, CLIENT_ID_HEADER, SERVICE_NAME
@@ -201,6 +203,12 @@ class CoordinatorClient:
             self._hb_stream = None
             raise CoordinatorUnavailable(f"Heartbeat to {self.address}: {e}") from None
 
+    def streams_heartbeat(self, request: StreamsHeartbeatRequest) -> StreamsHeartbeatResponse:
+        """A streams member's heartbeat (unary: a streams member heartbeats rarely, nudges do the rest)."""
+        msg = self._unary("StreamsHeartbeat", streams_wire.streams_heartbeat_request_to_pb(request),
+                          pb.StreamsHeartbeatResponse)
+        return self._decode(streams_wire.streams_heartbeat_response_from_pb, msg)
+
     def watch(self, group_id: str, member_id: str) -> NudgeStream:
         """Open the member's nudge stream; returns once the coordinator registered it."""
         self._check_open()
@@ -250,6 +258,13 @@ class CoordinatorClient:
                           pb.DescribeGroupResponse)
         self._raise_for(msg.error, msg.message)
         return self._decode(wire.group_details_from_pb, msg.group)
+
+    def describe_streams_group(self, group_id: str) -> StreamsGroupDescription:
+        """A streams group: its members, their tasks by role, the lags they reported, warm-ups."""
+        msg = self._unary("DescribeStreamsGroup", pb.DescribeGroupRequest(group_id=group_id),
+                          pb.DescribeStreamsGroupResponse)
+        self._raise_for(msg.error, msg.message)
+        return self._decode(streams_wire.streams_description_from_pb, msg.group)
 
     def list_groups(self) -> list[tuple[str, GroupState, int]]:
         """``(group id, state, member count)`` of every group, as the core's `list_groups`."""

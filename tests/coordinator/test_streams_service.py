@@ -1,0 +1,87 @@
+"""Streams groups through a real coordinator process: heartbeats over gRPC, commits by the active,
+describe, the group-id namespace, and recovery of everything after kill -9."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from regroup.protocol.errors import ErrorCode
+from regroup.protocol.messages import HeartbeatRequest, OffsetCommitRequest, OffsetFetchRequest
+from regroup.protocol.shard import Shard
+from regroup.protocol.streams.messages import StreamsHeartbeatRequest, StreamsHeartbeatResponse
+from regroup.protocol.streams.topology import TaskId, Topology
+from regroup.rpc.client import CoordinatorClient
+from regroup.rpc.errors import CoordinatorUnavailable, RequestRejected
+from tests.coordinator.server_proc import start_server
+
+T = TypeVar("T")
+TOPOLOGY = Topology.of({"count": ["orders"]})
+ALL = frozenset(TaskId("count", p) for p in range(4))
+
+
+def eventually(call: Callable[[], T], timeout: float = 20) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return call()
+        except CoordinatorUnavailable:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def join(c: CoordinatorClient, mid: str, pid: str) -> StreamsHeartbeatResponse:
+    return c.streams_heartbeat(StreamsHeartbeatRequest("counts", mid, 0, process_id=pid,
+                                                       rebalance_timeout_ms=5000, topology=TOPOLOGY))
+
+
+def test_streams_group_over_grpc_survives_kill_9(tmp_path: Path) -> None:
+    s = start_server(tmp_path / "data", "--log", "static:orders=4", "--standby-replicas", "1")
+    c = CoordinatorClient(s.address, timeout_s=5)
+    try:
+        a = join(c, "a", "P1")
+        assert a.error is ErrorCode.NONE and a.assignment is not None and a.assignment.active == ALL
+        b = join(c, "b", "P2")
+        assert b.error is ErrorCode.NONE and b.assignment is not None
+        assert not b.assignment.active  # nothing moves to a process that has no copy yet
+
+        # Only the active commits; the offsets come back with their metadata.
+        shards = {Shard("orders", p): 10 + p for p in range(4)}
+        ack = c.commit_offsets(OffsetCommitRequest("counts", "a", a.member_epoch, shards, "changelog"))
+        assert ack.ok, ack.message
+        refused = c.commit_offsets(OffsetCommitRequest("counts", "b", b.member_epoch,
+                                                       {Shard("orders", 0): 1}))
+        assert refused.error is ErrorCode.NOT_OWNED
+
+        # One namespace: a consumer cannot join a streams group, and says why.
+        consumer = c.heartbeat(HeartbeatRequest("counts", "c", 0, rebalance_timeout_ms=5000,
+                                                subscribed_topics=("orders",), owned=frozenset()))
+        assert consumer.error is ErrorCode.INVALID_REQUEST and "streams group" in consumer.message
+        with pytest.raises(RequestRejected, match="streams group"):
+            c.describe_group("counts")
+
+        before = c.describe_streams_group("counts")
+        assert {m.member_id for m in before.members} == {"a", "b"}
+        assert before.members[1].target.standby or before.members[1].target.warmup
+
+        s.kill9()
+        s = s.restart()
+        after = eventually(lambda: c.describe_streams_group("counts"))
+        assert (after.epoch, after.target_epoch) == (before.epoch, before.target_epoch)
+        assert [(m.member_id, m.assigned, m.target) for m in after.members] == \
+            [(m.member_id, m.assigned, m.target) for m in before.members]
+        fetched = c.fetch_offsets(OffsetFetchRequest("counts", "", -1, None))
+        assert {sh: o.offset for sh, o in fetched.offsets.items()} == shards
+        # a's heartbeat after the restart finds the epoch b's join made, and keeps its tasks.
+        beat = StreamsHeartbeatRequest("counts", "a", a.member_epoch, owned=a.assignment)
+        again = c.streams_heartbeat(beat)
+        assert again.error is ErrorCode.NONE and again.member_epoch == before.epoch
+        assert again.assignment is None or again.assignment.active == ALL
+    finally:
+        c.close()
+        assert s.terminate() == 0, s.log()
