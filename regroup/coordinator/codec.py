@@ -3,6 +3,17 @@
 One record is one JSON array: ``[tag, group_id, ...fields]``. Shard sets are ``{topic: [partitions]}``
 with sorted keys and partitions, so equal records always encode to equal bytes. The tags and field
 orders are a storage format: change them only together with a new ``FORMAT`` and a migration.
+
+Records of both kinds of group (`AnyRecord`) go through `encode` and `decode`: the consumer-group
+records here (one-character tags), the streams-group records in `streams_codec` (two-character tags
+starting with ``"s"``). The streams tags were added later without a new ``FORMAT``: adding tags is
+backwards compatible — data written before they existed still decodes, and the tags are checked at
+import never to clash — so ``FORMAT`` is still 1. Changing what an existing tag means would need a
+new ``FORMAT``.
+
+`decode` refuses what it cannot read with a `CodecError` naming the problem: not a JSON array, an
+unknown tag, the wrong number of fields for the tag, or (streams records check every field) a field
+of the wrong type — prefixed with the record type the tag stands for.
 """
 
 from __future__ import annotations
@@ -11,6 +22,8 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from regroup.coordinator import streams_codec
+from regroup.protocol.outcome import AnyRecord
 from regroup.protocol.records import (
     CurrentAssignment,
     CurrentAssignmentRecord,
@@ -26,6 +39,8 @@ from regroup.protocol.records import (
     TargetMemberRecord,
 )
 from regroup.protocol.shard import Shard, ShardSet, from_topic_map, group_by_topic
+
+__all__ = ["FORMAT", "AnyRecord", "CodecError", "decode", "encode", "encode_all"]
 
 #: Stored with the data; a store written in another format is refused, not misread.
 FORMAT = 1
@@ -70,7 +85,7 @@ def _uncurrent(v: list[Any] | None) -> CurrentAssignment | None:
     return CurrentAssignment(epoch, prev, MemberStatus(status), _unshards(assigned), _unshards(pending))
 
 
-def _to_list(r: Record) -> list[Any]:
+def _to_list(r: AnyRecord) -> list[Any]:
     if isinstance(r, GroupEpochRecord):
         return ["E", r.group_id, r.epoch]
     if isinstance(r, SubscribedTopicsRecord):
@@ -87,32 +102,62 @@ def _to_list(r: Record) -> list[Any]:
         return ["C", r.group_id, r.member_id, _current(r.current)]
     if isinstance(r, OffsetRecord):
         return ["O", r.group_id, r.shard.topic, r.shard.partition, r.offset, r.metadata, r.commit_epoch]
-    raise TypeError(f"not a record: {r!r}")
+    return streams_codec.to_list(r)  # a streams record, or TypeError
 
 
-_DECODERS: dict[str, Callable[[list[Any]], Record]] = {
-    "E": lambda v: GroupEpochRecord(v[1], v[2]),
-    "S": lambda v: SubscribedTopicsRecord(v[1], dict(v[2])),
-    "X": lambda v: RegexRecord(v[1], v[2], None if v[3] is None else frozenset(v[3])),
-    "M": lambda v: MemberMetadataRecord(v[1], v[2], _unmeta(v[3])),
-    "T": lambda v: TargetEpochRecord(v[1], v[2], v[3]),
-    "t": lambda v: TargetMemberRecord(v[1], v[2], None if v[3] is None else _unshards(v[3])),
-    "C": lambda v: CurrentAssignmentRecord(v[1], v[2], _uncurrent(v[3])),
-    "O": lambda v: OffsetRecord(v[1], Shard(v[2], v[3]), v[4], v[5], v[6]),
+#: ``tag -> (record type name, array length with the tag, decoder)``, as in `streams_codec`.
+_CONSUMER_DECODERS: dict[str, tuple[str, int, Callable[[list[Any]], Record]]] = {
+    "E": ("GroupEpochRecord", 3, lambda v: GroupEpochRecord(v[1], v[2])),
+    "S": ("SubscribedTopicsRecord", 3, lambda v: SubscribedTopicsRecord(v[1], dict(v[2]))),
+    "X": ("RegexRecord", 4, lambda v: RegexRecord(v[1], v[2], None if v[3] is None else frozenset(v[3]))),
+    "M": ("MemberMetadataRecord", 4, lambda v: MemberMetadataRecord(v[1], v[2], _unmeta(v[3]))),
+    "T": ("TargetEpochRecord", 4, lambda v: TargetEpochRecord(v[1], v[2], v[3])),
+    "t": ("TargetMemberRecord", 4,
+          lambda v: TargetMemberRecord(v[1], v[2], None if v[3] is None else _unshards(v[3]))),
+    "C": ("CurrentAssignmentRecord", 4, lambda v: CurrentAssignmentRecord(v[1], v[2], _uncurrent(v[3]))),
+    "O": ("OffsetRecord", 7, lambda v: OffsetRecord(v[1], Shard(v[2], v[3]), v[4], v[5], v[6])),
 }
 
 
-def encode(record: Record) -> str:
+def _all_decoders() -> dict[str, tuple[str, int, Callable[[list[Any]], AnyRecord]]]:
+    clash = sorted(_CONSUMER_DECODERS.keys() & streams_codec.DECODERS.keys())
+    if clash:  # a programming error: two record types would share stored data
+        raise ImportError(f"record tags {clash} are used by both consumer and streams records")
+    return {**_CONSUMER_DECODERS, **streams_codec.DECODERS}
+
+
+_DECODERS = _all_decoders()
+
+
+def encode(record: AnyRecord) -> str:
     return json.dumps(_to_list(record), separators=(",", ":"))
 
 
-def decode(text: str) -> Record:
+def decode(text: str) -> AnyRecord:
     try:
-        value = json.loads(text)
-        return _DECODERS[value[0]](value)
+        return _decode(text)
     except (ValueError, KeyError, IndexError, TypeError) as e:
         raise CodecError(f"cannot decode stored record {text[:200]!r}: {e}") from e
 
 
-def encode_all(records: Iterable[Record]) -> list[str]:
+def _decode(text: str) -> AnyRecord:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not JSON ({e})") from e
+    if not isinstance(value, list) or not value or not isinstance(value[0], str):
+        raise ValueError("a stored record must be a JSON array that starts with its tag")
+    tag = value[0]
+    if tag not in _DECODERS:
+        raise ValueError(f"unknown record tag {tag!r} (this version knows {' '.join(sorted(_DECODERS))})")
+    name, length, decoder = _DECODERS[tag]
+    if len(value) != length:
+        raise ValueError(f"a {name} (tag {tag!r}) is stored as {length} elements, found {len(value)}")
+    try:
+        return decoder(value)
+    except (ValueError, KeyError, IndexError, TypeError) as e:  # name the record the tag stands for
+        raise ValueError(f"{name}: {e}") from e
+
+
+def encode_all(records: Iterable[AnyRecord]) -> list[str]:
     return [encode(r) for r in records]

@@ -47,6 +47,15 @@ class MemberStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MEMBER_STATUS_UNREVOKED: _ClassVar[MemberStatus]
     MEMBER_STATUS_UNRELEASED: _ClassVar[MemberStatus]
     MEMBER_STATUS_UNKNOWN: _ClassVar[MemberStatus]
+
+class StreamsGroupState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STREAMS_GROUP_STATE_UNSPECIFIED: _ClassVar[StreamsGroupState]
+    STREAMS_GROUP_STATE_EMPTY: _ClassVar[StreamsGroupState]
+    STREAMS_GROUP_STATE_NOT_READY: _ClassVar[StreamsGroupState]
+    STREAMS_GROUP_STATE_ASSIGNING: _ClassVar[StreamsGroupState]
+    STREAMS_GROUP_STATE_RECONCILING: _ClassVar[StreamsGroupState]
+    STREAMS_GROUP_STATE_STABLE: _ClassVar[StreamsGroupState]
 ERROR_CODE_NONE: ErrorCode
 ERROR_CODE_INVALID_REQUEST: ErrorCode
 ERROR_CODE_UNSUPPORTED_ASSIGNOR: ErrorCode
@@ -76,6 +85,12 @@ MEMBER_STATUS_STABLE: MemberStatus
 MEMBER_STATUS_UNREVOKED: MemberStatus
 MEMBER_STATUS_UNRELEASED: MemberStatus
 MEMBER_STATUS_UNKNOWN: MemberStatus
+STREAMS_GROUP_STATE_UNSPECIFIED: StreamsGroupState
+STREAMS_GROUP_STATE_EMPTY: StreamsGroupState
+STREAMS_GROUP_STATE_NOT_READY: StreamsGroupState
+STREAMS_GROUP_STATE_ASSIGNING: StreamsGroupState
+STREAMS_GROUP_STATE_RECONCILING: StreamsGroupState
+STREAMS_GROUP_STATE_STABLE: StreamsGroupState
 
 class TopicPartitions(_message.Message):
     __slots__ = ("topic", "partitions")
@@ -499,3 +514,175 @@ class TopicsResponse(_message.Message):
     age_ms: int
     error: str
     def __init__(self, topics: _Optional[_Mapping[str, int]] = ..., age_ms: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+
+class SubtopologyTasks(_message.Message):
+    __slots__ = ("subtopology", "partitions")
+    SUBTOPOLOGY_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    subtopology: str
+    partitions: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, subtopology: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class MemberTasks(_message.Message):
+    __slots__ = ("active", "standby", "warmup")
+    ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    STANDBY_FIELD_NUMBER: _ClassVar[int]
+    WARMUP_FIELD_NUMBER: _ClassVar[int]
+    active: _containers.RepeatedCompositeFieldContainer[SubtopologyTasks]
+    standby: _containers.RepeatedCompositeFieldContainer[SubtopologyTasks]
+    warmup: _containers.RepeatedCompositeFieldContainer[SubtopologyTasks]
+    def __init__(self, active: _Optional[_Iterable[_Union[SubtopologyTasks, _Mapping]]] = ..., standby: _Optional[_Iterable[_Union[SubtopologyTasks, _Mapping]]] = ..., warmup: _Optional[_Iterable[_Union[SubtopologyTasks, _Mapping]]] = ...) -> None: ...
+
+class Subtopology(_message.Message):
+    __slots__ = ("subtopology_id", "source_topics")
+    SUBTOPOLOGY_ID_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_TOPICS_FIELD_NUMBER: _ClassVar[int]
+    subtopology_id: str
+    source_topics: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, subtopology_id: _Optional[str] = ..., source_topics: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Topology(_message.Message):
+    __slots__ = ("subtopologies",)
+    SUBTOPOLOGIES_FIELD_NUMBER: _ClassVar[int]
+    subtopologies: _containers.RepeatedCompositeFieldContainer[Subtopology]
+    def __init__(self, subtopologies: _Optional[_Iterable[_Union[Subtopology, _Mapping]]] = ...) -> None: ...
+
+class TaskPosition(_message.Message):
+    __slots__ = ("subtopology", "partition", "topics")
+    SUBTOPOLOGY_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    subtopology: str
+    partition: int
+    topics: _containers.RepeatedCompositeFieldContainer[TopicOffsets]
+    def __init__(self, subtopology: _Optional[str] = ..., partition: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[TopicOffsets, _Mapping]]] = ...) -> None: ...
+
+class TaskOffsets(_message.Message):
+    __slots__ = ("tasks",)
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[TaskPosition]
+    def __init__(self, tasks: _Optional[_Iterable[_Union[TaskPosition, _Mapping]]] = ...) -> None: ...
+
+class StreamsGroupStatus(_message.Message):
+    __slots__ = ("ready", "reasons")
+    READY_FIELD_NUMBER: _ClassVar[int]
+    REASONS_FIELD_NUMBER: _ClassVar[int]
+    ready: bool
+    reasons: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, ready: _Optional[bool] = ..., reasons: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class StreamsHeartbeatRequest(_message.Message):
+    __slots__ = ("group_id", "member_id", "member_epoch", "instance_id", "process_id", "rebalance_timeout_ms", "topology", "owned", "task_offsets")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
+    REBALANCE_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
+    OWNED_FIELD_NUMBER: _ClassVar[int]
+    TASK_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str
+    process_id: str
+    rebalance_timeout_ms: int
+    topology: Topology
+    owned: MemberTasks
+    task_offsets: TaskOffsets
+    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., instance_id: _Optional[str] = ..., process_id: _Optional[str] = ..., rebalance_timeout_ms: _Optional[int] = ..., topology: _Optional[_Union[Topology, _Mapping]] = ..., owned: _Optional[_Union[MemberTasks, _Mapping]] = ..., task_offsets: _Optional[_Union[TaskOffsets, _Mapping]] = ...) -> None: ...
+
+class StreamsHeartbeatResponse(_message.Message):
+    __slots__ = ("error", "message", "member_id", "member_epoch", "heartbeat_interval_ms", "assignment", "status")
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    error: ErrorCode
+    message: str
+    member_id: str
+    member_epoch: int
+    heartbeat_interval_ms: int
+    assignment: MemberTasks
+    status: StreamsGroupStatus
+    def __init__(self, error: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., assignment: _Optional[_Union[MemberTasks, _Mapping]] = ..., status: _Optional[_Union[StreamsGroupStatus, _Mapping]] = ...) -> None: ...
+
+class TaskLag(_message.Message):
+    __slots__ = ("subtopology", "partition", "lag")
+    SUBTOPOLOGY_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    subtopology: str
+    partition: int
+    lag: int
+    def __init__(self, subtopology: _Optional[str] = ..., partition: _Optional[int] = ..., lag: _Optional[int] = ...) -> None: ...
+
+class WarmupProgress(_message.Message):
+    __slots__ = ("subtopology", "partition", "lag", "acceptable_lag")
+    SUBTOPOLOGY_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTABLE_LAG_FIELD_NUMBER: _ClassVar[int]
+    subtopology: str
+    partition: int
+    lag: int
+    acceptable_lag: int
+    def __init__(self, subtopology: _Optional[str] = ..., partition: _Optional[int] = ..., lag: _Optional[int] = ..., acceptable_lag: _Optional[int] = ...) -> None: ...
+
+class StreamsMemberDescription(_message.Message):
+    __slots__ = ("member_id", "instance_id", "process_id", "epoch", "previous_epoch", "status", "assigned", "pending_revocation", "target", "lags", "warmups")
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNED_FIELD_NUMBER: _ClassVar[int]
+    PENDING_REVOCATION_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    LAGS_FIELD_NUMBER: _ClassVar[int]
+    WARMUPS_FIELD_NUMBER: _ClassVar[int]
+    member_id: str
+    instance_id: str
+    process_id: str
+    epoch: int
+    previous_epoch: int
+    status: MemberStatus
+    assigned: MemberTasks
+    pending_revocation: MemberTasks
+    target: MemberTasks
+    lags: _containers.RepeatedCompositeFieldContainer[TaskLag]
+    warmups: _containers.RepeatedCompositeFieldContainer[WarmupProgress]
+    def __init__(self, member_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., process_id: _Optional[str] = ..., epoch: _Optional[int] = ..., previous_epoch: _Optional[int] = ..., status: _Optional[_Union[MemberStatus, str]] = ..., assigned: _Optional[_Union[MemberTasks, _Mapping]] = ..., pending_revocation: _Optional[_Union[MemberTasks, _Mapping]] = ..., target: _Optional[_Union[MemberTasks, _Mapping]] = ..., lags: _Optional[_Iterable[_Union[TaskLag, _Mapping]]] = ..., warmups: _Optional[_Iterable[_Union[WarmupProgress, _Mapping]]] = ...) -> None: ...
+
+class StreamsGroupDescription(_message.Message):
+    __slots__ = ("group_id", "state", "status", "epoch", "target_epoch", "topology", "members")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TARGET_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    state: StreamsGroupState
+    status: StreamsGroupStatus
+    epoch: int
+    target_epoch: int
+    topology: Topology
+    members: _containers.RepeatedCompositeFieldContainer[StreamsMemberDescription]
+    def __init__(self, group_id: _Optional[str] = ..., state: _Optional[_Union[StreamsGroupState, str]] = ..., status: _Optional[_Union[StreamsGroupStatus, _Mapping]] = ..., epoch: _Optional[int] = ..., target_epoch: _Optional[int] = ..., topology: _Optional[_Union[Topology, _Mapping]] = ..., members: _Optional[_Iterable[_Union[StreamsMemberDescription, _Mapping]]] = ...) -> None: ...
+
+class DescribeStreamsGroupResponse(_message.Message):
+    __slots__ = ("error", "message", "group")
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    error: ErrorCode
+    message: str
+    group: StreamsGroupDescription
+    def __init__(self, error: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ..., group: _Optional[_Union[StreamsGroupDescription, _Mapping]] = ...) -> None: ...

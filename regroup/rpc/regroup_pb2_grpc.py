@@ -104,6 +104,16 @@ class CoordinatorStub:
                 request_serializer=regroup_dot_rpc_dot_regroup__pb2.TopicsRequest.SerializeToString,
                 response_deserializer=regroup_dot_rpc_dot_regroup__pb2.TopicsResponse.FromString,
                 _registered_method=True)
+        self.StreamsHeartbeat = channel.unary_unary(
+                '/regroup.v1.Coordinator/StreamsHeartbeat',
+                request_serializer=regroup_dot_rpc_dot_regroup__pb2.StreamsHeartbeatRequest.SerializeToString,
+                response_deserializer=regroup_dot_rpc_dot_regroup__pb2.StreamsHeartbeatResponse.FromString,
+                _registered_method=True)
+        self.DescribeStreamsGroup = channel.unary_unary(
+                '/regroup.v1.Coordinator/DescribeStreamsGroup',
+                request_serializer=regroup_dot_rpc_dot_regroup__pb2.DescribeGroupRequest.SerializeToString,
+                response_deserializer=regroup_dot_rpc_dot_regroup__pb2.DescribeStreamsGroupResponse.FromString,
+                _registered_method=True)
 
 
 class CoordinatorServicer:
@@ -204,6 +214,21 @@ class CoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StreamsHeartbeat(self, request, context):
+        """Streams groups: Heartbeat's semantics (join 0, leave -1, static leave -2) with tasks in roles
+        (active, standby, warm-up) instead of partitions. Offsets, Watch, ListGroups and DeleteGroup
+        serve both kinds of group: a group id names one group of one kind.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeStreamsGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -276,6 +301,16 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.RefreshTopics,
                     request_deserializer=regroup_dot_rpc_dot_regroup__pb2.TopicsRequest.FromString,
                     response_serializer=regroup_dot_rpc_dot_regroup__pb2.TopicsResponse.SerializeToString,
+            ),
+            'StreamsHeartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.StreamsHeartbeat,
+                    request_deserializer=regroup_dot_rpc_dot_regroup__pb2.StreamsHeartbeatRequest.FromString,
+                    response_serializer=regroup_dot_rpc_dot_regroup__pb2.StreamsHeartbeatResponse.SerializeToString,
+            ),
+            'DescribeStreamsGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeStreamsGroup,
+                    request_deserializer=regroup_dot_rpc_dot_regroup__pb2.DescribeGroupRequest.FromString,
+                    response_serializer=regroup_dot_rpc_dot_regroup__pb2.DescribeStreamsGroupResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -656,6 +691,60 @@ class Coordinator:
             '/regroup.v1.Coordinator/RefreshTopics',
             regroup_dot_rpc_dot_regroup__pb2.TopicsRequest.SerializeToString,
             regroup_dot_rpc_dot_regroup__pb2.TopicsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamsHeartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/regroup.v1.Coordinator/StreamsHeartbeat',
+            regroup_dot_rpc_dot_regroup__pb2.StreamsHeartbeatRequest.SerializeToString,
+            regroup_dot_rpc_dot_regroup__pb2.StreamsHeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeStreamsGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/regroup.v1.Coordinator/DescribeStreamsGroup',
+            regroup_dot_rpc_dot_regroup__pb2.DescribeGroupRequest.SerializeToString,
+            regroup_dot_rpc_dot_regroup__pb2.DescribeStreamsGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,6 +1,9 @@
-"""The store's record encoding: exact and stable."""
+"""The store's record encoding: exact and stable, for consumer and streams records alike."""
 
 from __future__ import annotations
+
+import re
+from typing import get_args
 
 import pytest
 from hypothesis import given
@@ -22,7 +25,24 @@ from regroup.protocol.records import (
     TargetMemberRecord,
 )
 from regroup.protocol.shard import Shard
+from regroup.protocol.streams.assignment import MemberTasks
+from regroup.protocol.streams.coordinator import StreamsConfig
+from regroup.protocol.streams.records import (
+    SourceTopicsRecord,
+    StreamsCurrent,
+    StreamsCurrentRecord,
+    StreamsEpochRecord,
+    StreamsMember,
+    StreamsMemberRecord,
+    StreamsOffsetRecord,
+    StreamsRecord,
+    StreamsTargetEpochRecord,
+    StreamsTargetRecord,
+    TopologyRecord,
+)
+from regroup.protocol.streams.topology import Subtopology, TaskId, Topology
 from tests.coordinator.workload import RecordingGroup, run_workload
+from tests.protocol.streams.fake_members import Deployment
 
 text = st.text(max_size=10)
 opt = st.none() | text
@@ -65,3 +85,189 @@ def test_damaged_record_is_refused() -> None:
         codec.decode('["?", "g"]')
     with pytest.raises(codec.CodecError):
         codec.decode("not json")
+
+
+# ---------------------------------------------------------------------------------------- streams records
+
+sub_ids = st.sampled_from(["s", "join", "agg\u00e9", "q\"x"])
+task_ids = st.builds(TaskId, sub_ids, st.integers(0, 2**31 - 1))
+task_sets = st.frozensets(task_ids, max_size=6)
+member_tasks = st.builds(MemberTasks, task_sets, task_sets, task_sets)
+streams_current = st.builds(StreamsCurrent, st.integers(-2, 2**31 - 1), st.integers(-2, 2**31 - 1),
+                            st.sampled_from(list(MemberStatus)), member_tasks, member_tasks)
+streams_member = st.builds(StreamsMember, opt, text, st.integers(1, 10**6))
+
+
+@st.composite
+def topologies(draw: st.DrawFn) -> Topology:
+    """Valid topologies: unique non-blank ids, each topic the source of one subtopology."""
+    ids = draw(st.lists(st.text(min_size=1, max_size=6).filter(str.strip), min_size=1, max_size=4,
+                        unique=True))
+    topics = draw(st.lists(st.text(min_size=1, max_size=6).filter(str.strip), min_size=len(ids),
+                           max_size=len(ids) + 4, unique=True))
+    owner = [i if i < len(ids) else draw(st.integers(0, len(ids) - 1)) for i in range(len(topics))]
+    return Topology(tuple(Subtopology(sid, frozenset(t for t, o in zip(topics, owner, strict=True) if o == n))
+                          for n, sid in enumerate(ids)))
+
+
+STREAMS_KINDS = (StreamsEpochRecord, TopologyRecord, SourceTopicsRecord, StreamsMemberRecord,
+                 StreamsTargetRecord, StreamsTargetEpochRecord, StreamsCurrentRecord, StreamsOffsetRecord)
+streams_records: st.SearchStrategy[StreamsRecord] = st.one_of(
+    st.builds(StreamsEpochRecord, text, st.none() | st.integers(0, 2**40)),
+    st.builds(TopologyRecord, text, topologies()),
+    st.builds(SourceTopicsRecord, text, st.dictionaries(text, st.integers(1, 999))),
+    st.builds(StreamsMemberRecord, text, text, st.none() | streams_member),
+    st.builds(StreamsTargetRecord, text, text, st.none() | member_tasks),
+    st.builds(StreamsTargetEpochRecord, text, st.integers(0, 2**31 - 1)),
+    st.builds(StreamsCurrentRecord, text, text, st.none() | streams_current),
+    st.builds(StreamsOffsetRecord, text, st.builds(Shard, text, st.integers(0, 99)),
+              st.none() | st.integers(0, 2**62), text, st.integers(-1, 99)),
+)
+
+
+@given(streams_records)
+def test_streams_records_round_trip_and_stable(record: StreamsRecord) -> None:
+    encoded = codec.encode(record)
+    assert codec.decode(encoded) == record
+    assert codec.encode(codec.decode(encoded)) == encoded
+
+
+@given(st.none() | member_tasks, st.none() | streams_current)
+def test_member_tasks_and_streams_current_round_trip(tasks: MemberTasks | None,
+                                                      current: StreamsCurrent | None) -> None:
+    target = StreamsTargetRecord("g", "m", tasks)
+    assert codec.decode(codec.encode(target)) == target
+    record = StreamsCurrentRecord("g", "m", current)
+    assert codec.decode(codec.encode(record)) == record
+
+
+@given(member_tasks)
+def test_equal_member_tasks_encode_to_equal_bytes(tasks: MemberTasks) -> None:
+    """Sets are written sorted: the order a set was built in never shows in the bytes."""
+    rebuilt = MemberTasks(*(frozenset(sorted(s, reverse=True)) for s in (tasks.active, tasks.standby,
+                                                                         tasks.warmup)))
+    assert codec.encode(StreamsTargetRecord("g", "m", rebuilt)) == codec.encode(
+        StreamsTargetRecord("g", "m", tasks))
+
+
+def _one_of_each() -> list[codec.AnyRecord]:
+    tasks = MemberTasks(frozenset({TaskId("b", 1), TaskId("a", 2), TaskId("a", 0)}),
+                        frozenset({TaskId("b", 0)}), frozenset({TaskId("a", 1)}))
+    return [
+        GroupEpochRecord("g", 3),
+        SubscribedTopicsRecord("g", {"b": 2, "a": 1}),
+        RegexRecord("g", "t.*", frozenset({"t1", "t0"})),
+        MemberMetadataRecord("g", "m", MemberMetadata("i", "r", 1000, frozenset({"t"}), None, "uniform",
+                                                      ("uniform",))),
+        TargetEpochRecord("g", 3, "uniform"),
+        TargetMemberRecord("g", "m", frozenset({Shard("t", 1), Shard("t", 0)})),
+        CurrentAssignmentRecord("g", "m", CurrentAssignment(3, 2, MemberStatus.STABLE,
+                                                            frozenset({Shard("t", 0)}), frozenset())),
+        OffsetRecord("g", Shard("t", 0), 42, "meta", 3),
+        StreamsEpochRecord("sg", 4),
+        TopologyRecord("sg", Topology.of({"join": ["views", "clicks"], "count": ["orders"]})),
+        SourceTopicsRecord("sg", {"views": 4, "clicks": 4, "orders": 2}),
+        StreamsMemberRecord("sg", "m", StreamsMember("i", "P1", 60_000)),
+        StreamsTargetRecord("sg", "m", tasks),
+        StreamsTargetEpochRecord("sg", 4),
+        StreamsCurrentRecord("sg", "m", StreamsCurrent(4, 3, MemberStatus.UNREVOKED, tasks,
+                                                       MemberTasks(standby=frozenset({TaskId("c", 0)})))),
+        StreamsOffsetRecord("sg", Shard("orders", 1), 7, "", 4),
+    ]
+
+
+def test_every_record_type_round_trips() -> None:
+    examples = _one_of_each()
+    kinds = set(get_args(Record)) | set(get_args(StreamsRecord))
+    assert set(STREAMS_KINDS) == set(get_args(StreamsRecord))
+    assert {type(r) for r in examples} == kinds
+    for r in examples:
+        assert codec.decode(codec.encode(r)) == r
+    tombstones: list[StreamsRecord] = [StreamsEpochRecord("sg", None), StreamsMemberRecord("sg", "m", None),
+                  StreamsTargetRecord("sg", "m", None), StreamsCurrentRecord("sg", "m", None),
+                  StreamsOffsetRecord("sg", Shard("t", 0), None)]
+    assert [codec.decode(codec.encode(r)) for r in tombstones] == tombstones
+
+
+def test_stored_bytes_are_pinned() -> None:
+    """The storage format: a change here breaks every store already written (FORMAT stays 1)."""
+    assert [codec.encode(r) for r in _one_of_each()[8:]] == [
+        '["sE","sg",4]',
+        '["sY","sg",{"count":["orders"],"join":["clicks","views"]}]',
+        '["sS","sg",{"clicks":4,"orders":2,"views":4}]',
+        '["sM","sg","m",["i","P1",60000]]',
+        '["st","sg","m",[{"a":[0,2],"b":[1]},{"b":[0]},{"a":[1]}]]',
+        '["sT","sg",4]',
+        '["sC","sg","m",[4,3,"unrevoked",[{"a":[0,2],"b":[1]},{"b":[0]},{"a":[1]}],[{},{"c":[0]},{}]]]',
+        '["sO","sg","orders",1,7,"",4]',
+    ]
+
+
+def test_consumer_records_written_before_streams_still_decode() -> None:
+    """Adding the streams tags kept FORMAT 1: data of the earlier version decodes unchanged."""
+    written_before = [
+        '["E","g",3]', '["S","g",{"a":1,"b":2}]', '["X","g","t.*",["t0","t1"]]',
+        '["M","g","m",["i","r",1000,["t"],null,"uniform",["uniform"]]]', '["T","g",3,"uniform"]',
+        '["t","g","m",{"t":[0,1]}]', '["C","g","m",[3,2,"stable",{"t":[0]},{}]]',
+        '["O","g","t",0,42,"meta",3]',
+    ]
+    assert codec.FORMAT == 1
+    assert [codec.decode(t) for t in written_before] == _one_of_each()[:8]
+    assert [codec.encode(r) for r in _one_of_each()[:8]] == written_before
+
+
+def test_real_streams_records_round_trip() -> None:
+    """Records a streams group really emits: joins, warm-ups, revocations, leaves, offsets."""
+    d = Deployment(config=StreamsConfig(standby_replicas=1, acceptable_recovery_lag=10))
+    d.join("a", "P1")
+    d.commit("a", 50)
+    d.join("b", "P2", instance_id="i-b")
+    d.settle()
+    d.join("c", "P3")
+    d.settle()
+    d.leave("b", static=True)
+    d.leave("a")
+    d.settle()
+    seen: list[StreamsRecord] = [r for r in d.records if isinstance(r, STREAMS_KINDS)]
+    assert len(seen) == len(d.records) > 20
+    assert {type(r) for r in seen} >= {StreamsEpochRecord, TopologyRecord, StreamsMemberRecord,
+                                       StreamsTargetRecord, StreamsTargetEpochRecord, StreamsCurrentRecord}
+    assert [codec.decode(codec.encode(r)) for r in seen] == seen
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("not json", "not JSON"),
+    ('{"tag": "sE"}', "JSON array that starts with its tag"),
+    ("[]", "JSON array that starts with its tag"),
+    ('["sQ", "g"]', "unknown record tag 'sQ'"),
+    ('["sE", "g"]', "StreamsEpochRecord (tag 'sE') is stored as 3 elements, found 2"),
+    ('["sE", "g", 1, 2]', "stored as 3 elements, found 4"),
+    ('["sE", 5, 1]', "StreamsEpochRecord: the group id must be a string, found 5"),
+    ('["sE", "g", true]', "the group epoch must be an integer, found True"),
+    ('["sT", "g", "4"]', "the target epoch must be an integer"),
+    ('["sY", "g", {}]', "TopologyRecord: the stored topology breaks a topology rule: a topology needs"),
+    ('["sY", "g", {"a": ["t"], "b": ["t"]}]', "topic 't' is a source of both subtopology"),
+    ('["sY", "g", ["t"]]', "the topology must be an object"),
+    ('["sS", "g", {"t": "4"}]', "the partition count of source topic 't' must be an integer"),
+    ('["sM", "g", "m", ["i", "P1"]]', "the member must have 3 elements, found 2"),
+    ('["sM", "g", "m", ["i", null, 1000]]', "the member's process id must be a string, found None"),
+    ('["st", "g", "m", [{}, {}]]', "the target must have 3 elements"),
+    ('["st", "g", "m", [{"s": [0, 0]}, {}, {}]]', "active tasks of the target: subtopology 's' has a "
+                                                   "partition listed twice"),
+    ('["st", "g", "m", [{}, {"s": ["0"]}, {}]]', "a partition of subtopology 's' in the standby tasks"),
+    ('["st", "g", "m", [{}, {}, {"s": 0}]]', "the partitions of subtopology 's' in the warm-up tasks"),
+    ('["sC", "g", "m", [1, 0, "lost", [{}, {}, {}], [{}, {}, {}]]]',
+     "StreamsCurrentRecord: the member's status must be one of 'stable', 'unrevoked', 'unreleased', "
+     "found 'lost'"),
+    ('["sC", "g", "m", [1, 0, "stable", [{}, {}, {}]]]', "current assignment must have 5 elements"),
+    ('["sO", "g", "t", 0, "7", "", 1]', "StreamsOffsetRecord: the offset must be an integer"),
+    ('["O", "g", "t", 0]', "OffsetRecord (tag 'O') is stored as 7 elements, found 4"),
+])
+def test_a_damaged_record_is_refused_naming_the_problem(text: str, problem: str) -> None:
+    with pytest.raises(codec.CodecError, match=re.escape(problem)):
+        codec.decode(text)
+
+
+def test_only_records_encode() -> None:
+    with pytest.raises(TypeError, match="not a record"):
+        codec.encode(("sE", "g", 1))  # type: ignore[arg-type]

@@ -1,0 +1,232 @@
+"""The stored encoding of streams-group records (`regroup.protocol.streams.records`); `codec` calls it.
+
+Rules (the consumer-group records' rules in `codec`, extended):
+
+1. One record is one JSON array ``[tag, group_id, ...fields]``. Streams tags are two characters,
+   ``"s"`` and the letter of the consumer record they mirror (``"sE"`` is the streams group epoch as
+   ``"E"`` is the consumer group's); consumer tags are one character, so the two never clash, and
+   `codec` checks that at import.
+2. Every set and mapping is written sorted, so equal records always encode to equal bytes: a task set
+   is ``{subtopology: [partitions]}``, a member's tasks ``[active, standby, warm-up]`` of those, a
+   topology ``{subtopology: [source topics]}``.
+3. Decoding checks the type of every field and says which record and which field was wrong (a
+   damaged record is refused, never misread). A stored topology is checked again by `Topology`'s own
+   rules. Errors are `ValueError`s; `codec.decode` wraps them in its `CodecError`.
+4. The tags and field orders are a storage format, like the consumer records': adding a tag is
+   backwards compatible (old data still decodes), changing one needs a new ``codec.FORMAT``.
+
+What is stored for each record (``|null`` marks a tombstone or an absent value)::
+
+    sE  group, epoch|null                                       StreamsEpochRecord
+    sY  group, topology                                         TopologyRecord
+    sS  group, {topic: partitions}                              SourceTopicsRecord
+    sM  group, member, [instance|null, process, timeout]|null   StreamsMemberRecord
+    sT  group, target epoch                                     StreamsTargetEpochRecord
+    st  group, member, tasks|null                               StreamsTargetRecord
+    sC  group, member, [epoch, previous epoch, status, assigned tasks, pending tasks]|null
+                                                                StreamsCurrentRecord
+    sO  group, topic, partition, offset|null, metadata, commit epoch     StreamsOffsetRecord
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from regroup.protocol.errors import ProtocolError
+from regroup.protocol.records import MemberStatus
+from regroup.protocol.shard import Shard
+from regroup.protocol.streams.assignment import MemberTasks
+from regroup.protocol.streams.records import (
+    SourceTopicsRecord,
+    StreamsCurrent,
+    StreamsCurrentRecord,
+    StreamsEpochRecord,
+    StreamsMember,
+    StreamsMemberRecord,
+    StreamsOffsetRecord,
+    StreamsRecord,
+    StreamsTargetEpochRecord,
+    StreamsTargetRecord,
+    TopologyRecord,
+)
+from regroup.protocol.streams.topology import Subtopology, TaskId, Topology
+
+__all__ = ["DECODERS", "to_list"]
+
+# ---------------------------------------------------------------------------------------- encoding
+
+
+def _tasks(tasks: Iterable[TaskId]) -> dict[str, list[int]]:
+    by_sub: dict[str, list[int]] = {}
+    for t in tasks:
+        by_sub.setdefault(t.subtopology, []).append(t.partition)
+    return {sub: sorted(by_sub[sub]) for sub in sorted(by_sub)}
+
+
+def _member_tasks(m: MemberTasks) -> list[Any]:
+    return [_tasks(m.active), _tasks(m.standby), _tasks(m.warmup)]
+
+
+def _topology(t: Topology) -> dict[str, list[str]]:
+    return {s.subtopology_id: sorted(s.source_topics)
+            for s in sorted(t.subtopologies, key=lambda s: s.subtopology_id)}
+
+
+def _member(m: StreamsMember) -> list[Any]:
+    return [m.instance_id, m.process_id, m.rebalance_timeout_ms]
+
+
+def _current(c: StreamsCurrent) -> list[Any]:
+    return [c.epoch, c.previous_epoch, c.status.value, _member_tasks(c.assigned),
+            _member_tasks(c.pending_revocation)]
+
+
+def to_list(r: StreamsRecord) -> list[Any]:
+    """The JSON array of one streams record (rule 1); `TypeError` for anything else."""
+    if isinstance(r, StreamsEpochRecord):
+        return ["sE", r.group_id, r.epoch]
+    if isinstance(r, TopologyRecord):
+        return ["sY", r.group_id, _topology(r.topology)]
+    if isinstance(r, SourceTopicsRecord):
+        return ["sS", r.group_id, dict(sorted(r.topics.items()))]
+    if isinstance(r, StreamsMemberRecord):
+        return ["sM", r.group_id, r.member_id, None if r.member is None else _member(r.member)]
+    if isinstance(r, StreamsTargetEpochRecord):
+        return ["sT", r.group_id, r.target_epoch]
+    if isinstance(r, StreamsTargetRecord):
+        return ["st", r.group_id, r.member_id, None if r.tasks is None else _member_tasks(r.tasks)]
+    if isinstance(r, StreamsCurrentRecord):
+        return ["sC", r.group_id, r.member_id, None if r.current is None else _current(r.current)]
+    if isinstance(r, StreamsOffsetRecord):
+        return ["sO", r.group_id, r.shard.topic, r.shard.partition, r.offset, r.metadata, r.commit_epoch]
+    raise TypeError(f"not a record: {r!r}")
+
+
+# ---------------------------------------------------------------------------------------- decoding
+# Each reader takes the value and what it is ("the member's process id"), for the error message.
+
+
+def _int(x: object, what: str) -> int:
+    if isinstance(x, bool) or not isinstance(x, int):  # JSON true would pass isinstance(int)
+        raise ValueError(f"{what} must be an integer, found {x!r}")
+    return x
+
+
+def _opt_int(x: object, what: str) -> int | None:
+    return None if x is None else _int(x, what)
+
+
+def _str(x: object, what: str) -> str:
+    if not isinstance(x, str):
+        raise ValueError(f"{what} must be a string, found {x!r}")
+    return x
+
+
+def _opt_str(x: object, what: str) -> str | None:
+    return None if x is None else _str(x, what)
+
+
+def _list(x: object, what: str, length: int | None = None) -> list[Any]:
+    if not isinstance(x, list):
+        raise ValueError(f"{what} must be a list, found {x!r}")
+    if length is not None and len(x) != length:
+        raise ValueError(f"{what} must have {length} elements, found {len(x)}")
+    return x
+
+
+def _dict(x: object, what: str) -> dict[str, Any]:
+    if not isinstance(x, dict):
+        raise ValueError(f"{what} must be an object, found {x!r}")
+    return x
+
+
+def _untasks(x: object, what: str) -> frozenset[TaskId]:
+    out: set[TaskId] = set()
+    for sub, parts in _dict(x, what).items():
+        listed = [_int(p, f"a partition of subtopology {sub!r} in {what}")
+                  for p in _list(parts, f"the partitions of subtopology {sub!r} in {what}")]
+        if len(set(listed)) != len(listed):
+            raise ValueError(f"{what}: subtopology {sub!r} has a partition listed twice: {listed}")
+        out.update(TaskId(sub, p) for p in listed)
+    return frozenset(out)
+
+
+def _unmember_tasks(x: object, what: str) -> MemberTasks:
+    active, standby, warmup = _list(x, what, 3)
+    return MemberTasks(_untasks(active, f"the active tasks of {what}"),
+                       _untasks(standby, f"the standby tasks of {what}"),
+                       _untasks(warmup, f"the warm-up tasks of {what}"))
+
+
+def _untopology(x: object) -> Topology:
+    subs = []
+    for sid, topics in _dict(x, "the topology").items():
+        names = [_str(t, f"a source topic of subtopology {sid!r}")
+                 for t in _list(topics, f"the source topics of subtopology {sid!r}")]
+        subs.append(Subtopology(sid, frozenset(names)))
+    try:
+        return Topology(tuple(subs))
+    except ProtocolError as e:
+        raise ValueError(f"the stored topology breaks a topology rule: {e.message}") from e
+
+
+def _untopic_counts(x: object) -> dict[str, int]:
+    return {t: _int(n, f"the partition count of source topic {t!r}")
+            for t, n in sorted(_dict(x, "the source topics").items())}
+
+
+def _unmember(x: object) -> StreamsMember | None:
+    if x is None:
+        return None
+    instance, process, timeout = _list(x, "the member", 3)
+    return StreamsMember(_opt_str(instance, "the member's instance id"),
+                         _str(process, "the member's process id"),
+                         _int(timeout, "the member's rebalance timeout"))
+
+
+def _uncurrent(x: object) -> StreamsCurrent | None:
+    if x is None:
+        return None
+    epoch, previous, status, assigned, pending = _list(x, "the member's current assignment", 5)
+    try:
+        member_status = MemberStatus(_str(status, "the member's status"))
+    except ValueError:
+        known = ", ".join(repr(s.value) for s in MemberStatus)
+        raise ValueError(f"the member's status must be one of {known}, found {status!r}") from None
+    return StreamsCurrent(_int(epoch, "the member's epoch"), _int(previous, "the member's previous epoch"),
+                          member_status, _unmember_tasks(assigned, "the assigned tasks"),
+                          _unmember_tasks(pending, "the tasks pending revocation"))
+
+
+def _group(v: list[Any]) -> str:
+    return _str(v[1], "the group id")
+
+
+def _member_id(v: list[Any]) -> str:
+    return _str(v[2], "the member id")
+
+
+def _offset(v: list[Any]) -> StreamsOffsetRecord:
+    shard = Shard(_str(v[2], "the topic"), _int(v[3], "the partition"))
+    return StreamsOffsetRecord(_group(v), shard, _opt_int(v[4], "the offset"),
+                               _str(v[5], "the commit metadata"), _int(v[6], "the commit epoch"))
+
+
+#: ``tag -> (record type name, array length with the tag, decoder)``; `codec` checks the length.
+DECODERS: Mapping[str, tuple[str, int, Callable[[list[Any]], StreamsRecord]]] = {
+    "sE": ("StreamsEpochRecord", 3,
+           lambda v: StreamsEpochRecord(_group(v), _opt_int(v[2], "the group epoch"))),
+    "sY": ("TopologyRecord", 3, lambda v: TopologyRecord(_group(v), _untopology(v[2]))),
+    "sS": ("SourceTopicsRecord", 3, lambda v: SourceTopicsRecord(_group(v), _untopic_counts(v[2]))),
+    "sM": ("StreamsMemberRecord", 4,
+           lambda v: StreamsMemberRecord(_group(v), _member_id(v), _unmember(v[3]))),
+    "sT": ("StreamsTargetEpochRecord", 3,
+           lambda v: StreamsTargetEpochRecord(_group(v), _int(v[2], "the target epoch"))),
+    "st": ("StreamsTargetRecord", 4,
+           lambda v: StreamsTargetRecord(_group(v), _member_id(v),
+                                         None if v[3] is None else _unmember_tasks(v[3], "the target"))),
+    "sC": ("StreamsCurrentRecord", 4,
+           lambda v: StreamsCurrentRecord(_group(v), _member_id(v), _uncurrent(v[3]))),
+    "sO": ("StreamsOffsetRecord", 7, _offset),
+}

@@ -1,0 +1,318 @@
+"""Conversions between the protobuf messages of streams groups and the protocol core's values.
+
+`wire`'s rules hold here too, and its helpers are shared (offsets, enums, optional strings):
+
+1. Both the server and the client use these functions, so a value survives ``to_pb`` then
+   ``from_pb`` unchanged (tests/coordinator/test_wire_streams.py checks it).
+2. "None = unchanged" travels as field presence: proto3 ``optional`` scalars (``instance_id``,
+   ``process_id``, ``rebalance_timeout_ms``) and message fields that are set or not (``topology``,
+   ``owned``, ``task_offsets``, the response's ``assignment``). A present `pb.MemberTasks` with no
+   tasks is "no tasks", which is not "unchanged"; the same for an empty `pb.TaskOffsets`.
+3. Sets and mappings are written sorted (subtopologies, then partitions), so equal values give
+   equal messages.
+4. Decoding checks only what the protobuf types cannot say and the core's values cannot hold, and
+   raises `WireError` naming the field (the server answers INVALID_REQUEST): a task listed twice in
+   one role, a task's offsets given twice or a source partition twice within one task, a source
+   topic listed twice in a subtopology, a topology that `Topology` itself refuses (no subtopology,
+   a blank or repeated id, a topic feeding two subtopologies: a value that cannot exist), a lag
+   given twice for one task, an enum value this version does not know. Everything else (ids,
+   epochs, negative partitions or offsets, a task in two roles, whether the topology fits the
+   topics) is the protocol core's validation, with the core's messages.
+5. A `StreamsGroupStatus` left out means ready, the core's default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
+
+from regroup.protocol.errors import ProtocolError
+from regroup.protocol.shard import Shard
+from regroup.protocol.streams.assignment import MemberTasks
+from regroup.protocol.streams.describe import (
+    StreamsGroupDescription,
+    StreamsMemberDescription,
+    WarmupProgress,
+)
+from regroup.protocol.streams.messages import (
+    READY,
+    GroupStatus,
+    StreamsHeartbeatRequest,
+    StreamsHeartbeatResponse,
+    TaskOffsets,
+)
+from regroup.protocol.streams.state import StreamsGroupState
+from regroup.protocol.streams.topology import Subtopology, TaskId, Topology
+from regroup.rpc import regroup_pb2 as pb
+from regroup.rpc.errors import WireError
+from regroup.rpc.wire import (
+    _STATUS_TO_PB,
+    _enum_map,
+    _offsets_from_pb,
+    _offsets_to_pb,
+    _opt,
+    _status_from_pb,
+    error_from_pb,
+    error_to_pb,
+)
+
+__all__ = [
+    "member_tasks_from_pb",
+    "member_tasks_to_pb",
+    "streams_description_from_pb",
+    "streams_description_to_pb",
+    "streams_heartbeat_request_from_pb",
+    "streams_heartbeat_request_to_pb",
+    "streams_heartbeat_response_from_pb",
+    "streams_heartbeat_response_to_pb",
+    "streams_state_from_pb",
+    "streams_state_to_pb",
+    "task_offsets_from_pb",
+    "task_offsets_to_pb",
+    "topology_from_pb",
+    "topology_to_pb",
+]
+
+_STATE_TO_PB = {StreamsGroupState[n]: v for n, v in _enum_map(
+    "STREAMS_GROUP_STATE_", StreamsGroupState.__members__, pb.StreamsGroupState).items()}
+_STATE_FROM_PB = {v: k for k, v in _STATE_TO_PB.items()}
+
+
+def streams_state_to_pb(state: StreamsGroupState) -> pb.StreamsGroupState:
+    return _STATE_TO_PB[state]  # type: ignore[return-value]
+
+
+def streams_state_from_pb(value: int) -> StreamsGroupState:
+    state = _STATE_FROM_PB.get(value)
+    if state is None:
+        raise WireError(f"unknown streams group state {value}")
+    return state
+
+
+# ---------------------------------------------------------------------------------------- tasks
+
+
+def _tasks_to_pb(tasks: Iterable[TaskId], out: RepeatedCompositeFieldContainer[pb.SubtopologyTasks]) -> None:
+    by_sub: dict[str, list[int]] = {}
+    for t in tasks:
+        by_sub.setdefault(t.subtopology, []).append(t.partition)
+    for sub in sorted(by_sub):
+        out.add(subtopology=sub, partitions=sorted(by_sub[sub]))
+
+
+def _tasks_from_pb(entries: Iterable[pb.SubtopologyTasks], where: str) -> frozenset[TaskId]:
+    out: set[TaskId] = set()
+    for e in entries:
+        for p in e.partitions:
+            task = TaskId(e.subtopology, p)
+            if task in out:
+                raise WireError(f"{where} lists task {task} twice; list each task once")
+            out.add(task)
+    return frozenset(out)
+
+
+def member_tasks_to_pb(tasks: MemberTasks, out: pb.MemberTasks | None = None) -> pb.MemberTasks:
+    """A member's tasks by role, present even when it has none (rule 2)."""
+    msg = pb.MemberTasks() if out is None else out
+    msg.SetInParent()
+    _tasks_to_pb(tasks.active, msg.active)
+    _tasks_to_pb(tasks.standby, msg.standby)
+    _tasks_to_pb(tasks.warmup, msg.warmup)
+    return msg
+
+
+def member_tasks_from_pb(msg: pb.MemberTasks, where: str = "tasks") -> MemberTasks:
+    """``where`` names the field in errors (``owned``, ``assignment``, ...)."""
+    return MemberTasks(_tasks_from_pb(msg.active, f"{where}.active"),
+                       _tasks_from_pb(msg.standby, f"{where}.standby"),
+                       _tasks_from_pb(msg.warmup, f"{where}.warmup"))
+
+
+# ---------------------------------------------------------------------------------------- topology
+
+
+def topology_to_pb(topology: Topology, out: pb.Topology | None = None) -> pb.Topology:
+    msg = pb.Topology() if out is None else out
+    msg.SetInParent()
+    for s in sorted(topology.subtopologies, key=lambda s: s.subtopology_id):
+        msg.subtopologies.add(subtopology_id=s.subtopology_id, source_topics=sorted(s.source_topics))
+    return msg
+
+
+def topology_from_pb(msg: pb.Topology, where: str = "topology") -> Topology:
+    subs = []
+    for s in msg.subtopologies:
+        topics = list(s.source_topics)
+        twice = sorted({t for t in topics if topics.count(t) > 1})
+        if twice:
+            raise WireError(f"{where}: subtopology {s.subtopology_id!r} lists source topic "
+                            f"{twice[0]!r} twice; list each topic once")
+        subs.append(Subtopology(s.subtopology_id, frozenset(topics)))
+    try:
+        return Topology(tuple(subs))
+    except ProtocolError as e:  # a value that cannot exist: refused on the wire, naming the field
+        raise WireError(f"{where}: {e.message}") from e
+
+
+# ---------------------------------------------------------------------------------------- task offsets
+
+
+def task_offsets_to_pb(offsets: TaskOffsets, out: pb.TaskOffsets | None = None) -> pb.TaskOffsets:
+    """Every local task copy and the source offsets it reached, present even when empty (rule 2)."""
+    msg = pb.TaskOffsets() if out is None else out
+    msg.SetInParent()
+    for task in sorted(offsets):
+        msg.tasks.add(subtopology=task.subtopology, partition=task.partition,
+                      topics=_offsets_to_pb(offsets[task]))
+    return msg
+
+
+def task_offsets_from_pb(msg: pb.TaskOffsets, where: str = "task_offsets") -> dict[TaskId, dict[Shard, int]]:
+    out: dict[TaskId, dict[Shard, int]] = {}
+    for position in msg.tasks:
+        task = TaskId(position.subtopology, position.partition)
+        if task in out:
+            raise WireError(f"{where} lists task {task} twice; give each task copy one entry")
+        try:
+            out[task] = _offsets_from_pb(position.topics)
+        except WireError as e:
+            raise WireError(f"{where} of task {task}: {e}") from e
+    return out
+
+
+# ---------------------------------------------------------------------------------------- heartbeat
+
+
+def streams_heartbeat_request_to_pb(req: StreamsHeartbeatRequest) -> pb.StreamsHeartbeatRequest:
+    msg = pb.StreamsHeartbeatRequest(group_id=req.group_id, member_id=req.member_id,
+                                     member_epoch=req.member_epoch)
+    if req.instance_id is not None:
+        msg.instance_id = req.instance_id
+    if req.process_id is not None:
+        msg.process_id = req.process_id
+    if req.rebalance_timeout_ms is not None:
+        msg.rebalance_timeout_ms = req.rebalance_timeout_ms
+    if req.topology is not None:
+        topology_to_pb(req.topology, msg.topology)
+    if req.owned is not None:
+        member_tasks_to_pb(req.owned, msg.owned)
+    if req.task_offsets is not None:
+        task_offsets_to_pb(req.task_offsets, msg.task_offsets)
+    return msg
+
+
+def streams_heartbeat_request_from_pb(msg: pb.StreamsHeartbeatRequest) -> StreamsHeartbeatRequest:
+    return StreamsHeartbeatRequest(
+        group_id=msg.group_id,
+        member_id=msg.member_id,
+        member_epoch=msg.member_epoch,
+        instance_id=_opt(msg, "instance_id"),
+        process_id=_opt(msg, "process_id"),
+        rebalance_timeout_ms=msg.rebalance_timeout_ms if msg.HasField("rebalance_timeout_ms") else None,
+        topology=topology_from_pb(msg.topology) if msg.HasField("topology") else None,
+        owned=member_tasks_from_pb(msg.owned, "owned") if msg.HasField("owned") else None,
+        task_offsets=task_offsets_from_pb(msg.task_offsets) if msg.HasField("task_offsets") else None,
+    )
+
+
+def _status_to_pb(status: GroupStatus, out: pb.StreamsGroupStatus) -> None:
+    out.SetInParent()
+    out.ready = status.ready
+    out.reasons.extend(status.reasons)
+
+
+def _status_from(msg: pb.StreamsHeartbeatResponse | pb.StreamsGroupDescription) -> GroupStatus:
+    if not msg.HasField("status"):
+        return READY  # rule 5
+    return GroupStatus(msg.status.ready, tuple(msg.status.reasons))
+
+
+def streams_heartbeat_response_to_pb(resp: StreamsHeartbeatResponse) -> pb.StreamsHeartbeatResponse:
+    msg = pb.StreamsHeartbeatResponse(
+        error=error_to_pb(resp.error), message=resp.message, member_id=resp.member_id,
+        member_epoch=resp.member_epoch, heartbeat_interval_ms=resp.heartbeat_interval_ms)
+    if resp.assignment is not None:
+        member_tasks_to_pb(resp.assignment, msg.assignment)
+    _status_to_pb(resp.status, msg.status)
+    return msg
+
+
+def streams_heartbeat_response_from_pb(msg: pb.StreamsHeartbeatResponse) -> StreamsHeartbeatResponse:
+    return StreamsHeartbeatResponse(
+        error=error_from_pb(msg.error), message=msg.message, member_id=msg.member_id,
+        member_epoch=msg.member_epoch, heartbeat_interval_ms=msg.heartbeat_interval_ms,
+        assignment=member_tasks_from_pb(msg.assignment, "assignment") if msg.HasField("assignment") else None,
+        status=_status_from(msg))
+
+
+# ---------------------------------------------------------------------------------------- describe
+
+
+def _member_to_pb(m: StreamsMemberDescription, out: pb.StreamsMemberDescription) -> None:
+    out.member_id, out.process_id = m.member_id, m.process_id
+    out.epoch, out.previous_epoch = m.epoch, m.previous_epoch
+    out.status = _STATUS_TO_PB[m.status]  # type: ignore[assignment]
+    if m.instance_id is not None:
+        out.instance_id = m.instance_id
+    member_tasks_to_pb(m.assigned, out.assigned)
+    member_tasks_to_pb(m.pending_revocation, out.pending_revocation)
+    member_tasks_to_pb(m.target, out.target)
+    for task, lag in sorted(m.lags.items()):
+        out.lags.add(subtopology=task.subtopology, partition=task.partition, lag=lag)
+    for w in m.warmups:
+        entry = out.warmups.add(subtopology=w.task.subtopology, partition=w.task.partition,
+                                acceptable_lag=w.acceptable_lag)
+        if w.lag is not None:
+            entry.lag = w.lag
+
+
+def _lags_from_pb(entries: Iterable[pb.TaskLag], where: str) -> dict[TaskId, int]:
+    out: dict[TaskId, int] = {}
+    for e in entries:
+        task = TaskId(e.subtopology, e.partition)
+        if task in out:
+            raise WireError(f"{where} gives the lag of task {task} twice")
+        out[task] = e.lag
+    return out
+
+
+def _member_from_pb(msg: pb.StreamsMemberDescription) -> StreamsMemberDescription:
+    where = f"member {msg.member_id!r}"
+    try:
+        status = _status_from_pb(msg.status)
+    except WireError as e:
+        raise WireError(f"{where}: status: {e}") from e
+    return StreamsMemberDescription(
+        member_id=msg.member_id, instance_id=_opt(msg, "instance_id"), process_id=msg.process_id,
+        epoch=msg.epoch, previous_epoch=msg.previous_epoch, status=status,
+        assigned=member_tasks_from_pb(msg.assigned, f"{where}: assigned"),
+        pending_revocation=member_tasks_from_pb(msg.pending_revocation, f"{where}: pending_revocation"),
+        target=member_tasks_from_pb(msg.target, f"{where}: target"),
+        lags=_lags_from_pb(msg.lags, f"{where}: lags"),
+        warmups=tuple(WarmupProgress(TaskId(w.subtopology, w.partition),
+                                     w.lag if w.HasField("lag") else None, w.acceptable_lag)
+                      for w in msg.warmups))
+
+
+def streams_description_to_pb(d: StreamsGroupDescription) -> pb.StreamsGroupDescription:
+    msg = pb.StreamsGroupDescription(group_id=d.group_id, state=streams_state_to_pb(d.state),
+                                     epoch=d.epoch, target_epoch=d.target_epoch)
+    _status_to_pb(d.status, msg.status)
+    if d.topology is not None:
+        topology_to_pb(d.topology, msg.topology)
+    for m in d.members:
+        _member_to_pb(m, msg.members.add())
+    return msg
+
+
+def streams_description_from_pb(msg: pb.StreamsGroupDescription) -> StreamsGroupDescription:
+    try:
+        state = streams_state_from_pb(msg.state)
+    except WireError as e:
+        raise WireError(f"state: {e}") from e
+    return StreamsGroupDescription(
+        group_id=msg.group_id, state=state, status=_status_from(msg),
+        epoch=msg.epoch, target_epoch=msg.target_epoch,
+        topology=topology_from_pb(msg.topology) if msg.HasField("topology") else None,
+        members=tuple(_member_from_pb(m) for m in msg.members))
