@@ -143,14 +143,26 @@ class Session(Generic[M]):
             OffsetFetchError)
         return {s: c.offset for s, c in resp.offsets.items()}
 
-    def commit(self, offsets: dict[Shard, int]) -> None:
+    def commit(self, offsets: dict[Shard, int], metadata: str = "") -> None:
         """Commit ``offsets`` under the current member epoch; `CommitFailedError` if refused."""
         if not offsets:
             return
         self._with_fresh_epoch(
             lambda epoch: self.client.commit_offsets(
-                OffsetCommitRequest(self.group_id, self.member_id, epoch, offsets)),
+                OffsetCommitRequest(self.group_id, self.member_id, epoch, offsets, metadata)),
             CommitFailedError)
+
+    def fetch_committed_with_metadata(self, shards: Collection[Shard]) -> dict[Shard, tuple[int, str]]:
+        """The group's committed offsets of ``shards`` with their metadata (those with none absent);
+        `OffsetFetchError` when they cannot be read."""
+        if not shards:
+            return {}
+        wanted = tuple(sorted(shards))
+        resp = self._with_fresh_epoch(
+            lambda epoch: self.client.fetch_offsets(
+                OffsetFetchRequest(self.group_id, self.member_id, epoch, wanted)),
+            OffsetFetchError)
+        return {s: (c.offset, c.metadata) for s, c in resp.offsets.items()}
 
     def _with_fresh_epoch(self, send: Callable[[int], _Answer], refused: type[ConsumerError]) -> _Answer:
         """``send(current epoch)``; once more after STALE_MEMBER_EPOCH, which only means that the

@@ -108,4 +108,9 @@ class PartitionedLog(TopicSource, Protocol):
         """``{partition: next offset to be written}``."""
         ...
 
+    def release_partition(self, topic: str, partition: int) -> None:
+        """Stop writing ``topic``/``partition`` here, so that another process may (the embedded log
+        keeps one writer per partition; a no-op for Kafka). A later produce takes it again."""
+        ...
+
     def close(self) -> None: ...

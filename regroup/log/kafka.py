@@ -517,6 +517,9 @@ class KafkaLog:
 
     # ------------------------------------------------------------------------------------ closing
 
+    def release_partition(self, topic: str, partition: int) -> None:
+        """Nothing to release: any number of Kafka producers may write a partition."""
+
     def close(self) -> None:
         """Wait for outstanding deliveries, close the consumer. Idempotent."""
         with self._lock:

@@ -147,6 +147,15 @@ class EmbeddedLog:
             self._writers[(topic, partition)] = w
             return w
 
+    def release_partition(self, topic: str, partition: int) -> None:
+        """Close this instance's writer of ``topic``/``partition`` (if any), releasing its lock, so
+        that another process can write it: how a task's writes move with the task."""
+        with self._lock:
+            w = self._writers.pop((topic, partition), None)
+        if w is not None:
+            with w.lock:
+                w.close()
+
     def _forget_writer(self, w: PartitionWriter) -> None:
         with self._lock:
             for key, known in list(self._writers.items()):
