@@ -1,0 +1,421 @@
+"""`StreamsApp`: a plain-Python member of a streams group, running the user's per-record function over
+the tasks it is given, each with a local state store that follows the task through its changelog.
+
+Rules of this module (the shell: it carries out what `regroup.protocol.streams.member` decides):
+
+1. One processing thread (the caller's, in `run`) does everything that touches tasks; the session's
+   threads only heartbeat and listen for nudges. Actions are taken between batches, so a task is
+   never stopped in the middle of one.
+2. An active task processes a batch, then makes it durable in this order: outputs produced, state
+   flushed (changes then a COMMIT marker to the changelog, then the local file), then one offset
+   commit for every active task with metadata naming each task's COMMIT; only once the coordinator
+   accepted it is each COMMIT confirmed. A crash anywhere in between leaves a COMMIT nobody
+   accepted: the next active resumes from the last accepted one (`regroup.streams.changelog`), and
+   the records after it are processed again.
+3. Starting an active: read the committed offsets and their metadata, take the store over from the
+   COMMIT they name (`TaskStore.become_active`), continue from the committed offsets (from the
+   start of the source partitions when nothing was committed). Stopping an active commits first.
+   Losing the membership drops unflushed work without committing.
+4. Standby and warm-up copies restore from the changelog. A warm-up is told the coordinator's
+   current commit (re-read at most every ``offsets_refresh_ms``), so it catches up exactly; when it
+   has, it reports its offsets as urgent — promotion is by event. A standby follows one commit
+   behind, which is all the changelog lets a copy trust without the coordinator.
+5. Every local copy, also dormant ones left on disk by earlier runs, is reported with the source
+   offsets its state reached; that is how the coordinator knows where state already is. The process
+   id is kept in the state directory: a restart with the same directory is the same process.
+
+Guarantees: the state of a task is exactly the state after the records up to its committed offsets
+(exactly once), across clean hand-offs and crashes; outputs (`TaskContext.send`) are at least once —
+a crash between producing them and the offset commit replays those records.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from regroup.client.errors import CommitFailedError, OffsetFetchError
+from regroup.log import open_log
+from regroup.log.base import ConsumedRecord, LogRecord, PartitionedLog
+from regroup.protocol.member import Fatal
+from regroup.protocol.shard import Shard
+from regroup.protocol.streams.assignment import MemberTasks
+from regroup.protocol.streams.member import LostTasks, StartTasks, StopTasks, StreamsMemberStateMachine
+from regroup.protocol.streams.topology import TaskId, Topology
+from regroup.rpc.client import CoordinatorClient
+from regroup.streams.changelog import changelog_topic, format_commit_metadata, resume_point
+from regroup.streams.membership import StreamsMembership
+from regroup.streams.store import TaskStore
+
+__all__ = ["ProcessFn", "StreamsApp", "StreamsError", "TaskContext"]
+
+log = logging.getLogger("regroup.streams")
+
+_PROCESS_ID_FILE = "process-id"
+
+
+class StreamsError(Exception):
+    """The streams member cannot go on (fatal answer from the coordinator, or a broken state store)."""
+
+
+@dataclass
+class TaskContext:
+    """What the user's function gets with each record: the task, its state store, and a way out."""
+
+    task: TaskId
+    store: TaskStore
+    _outputs: list[tuple[str, int | None, LogRecord]] = field(default_factory=list)
+
+    def send(self, topic: str, key: bytes | None, value: bytes | None, *,
+             partition: int | None = None) -> None:
+        """Produce a record once the batch completes (at least once: see the module docstring). The
+        partition defaults to this task's partition (co-partitioned output)."""
+        self._outputs.append((topic, partition, LogRecord(key, value, int(time.time() * 1000))))
+
+
+#: The user's function: one record of one task, with that task's context.
+ProcessFn = Callable[[ConsumedRecord, TaskContext], None]
+
+
+@dataclass
+class _Active:
+    context: TaskContext
+    #: Next offset to read, per source topic (the task's partition of each).
+    positions: dict[str, int]
+    dirty: bool = False
+    #: Partitions this task wrote (its changelog, its outputs): released when it stops here, so
+    #: that the next active can write them (the embedded log has one writer per partition).
+    written: set[tuple[str, int]] = field(default_factory=set)
+
+
+class StreamsApp:
+    """One member of streams group ``group``: ``topology`` maps subtopology ids to their source
+    topics; ``process`` runs for every record of every task this member runs as active."""
+
+    def __init__(
+        self,
+        *,
+        coordinator: str,
+        log: str | PartitionedLog,
+        group: str,
+        topology: Topology | Mapping[str, Sequence[str]],
+        process: ProcessFn,
+        state_dir: str | Path,
+        instance_id: str | None = None,
+        token: str | None = None,
+        session_timeout_ms: int = 45_000,
+        heartbeat_interval_ms: int = 5_000,
+        rebalance_timeout_ms: int = 60_000,
+        batch_records: int = 1_000,
+        offsets_refresh_ms: int = 500,
+    ) -> None:
+        if not callable(process):
+            raise TypeError("process must be a function (record, task_context) -> None")
+        if batch_records < 1:
+            raise ValueError(f"batch_records must be >= 1, got {batch_records}")
+        self.group = group
+        self.topology = topology if isinstance(topology, Topology) else Topology.of(topology)
+        self.process = process
+        self.state_dir = Path(state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.process_id = _process_id(self.state_dir)
+        self.log = open_log(log) if isinstance(log, str) else log
+        self._owns_log = isinstance(log, str)
+        self.batch_records = batch_records
+        self.offsets_refresh_ms = offsets_refresh_ms
+        self.member_id = str(uuid.uuid4())
+        self._machine = StreamsMemberStateMachine(
+            group, self.member_id, self.process_id, self.topology, instance_id=instance_id,
+            rebalance_timeout_ms=rebalance_timeout_ms, session_timeout_ms=session_timeout_ms,
+            heartbeat_interval_ms=heartbeat_interval_ms)
+        self._client = CoordinatorClient(coordinator, token=token)
+        self._stores: dict[TaskId, TaskStore] = {}
+        self._actives: dict[TaskId, _Active] = {}
+        #: Standby and warm-up copies being restored (the role decides what `committed=` is).
+        self._copies: dict[TaskId, str] = {}
+        #: Offsets of copies that are closed but on disk (reported so the coordinator knows them).
+        self._dormant: dict[TaskId, dict[str, int]] = {}
+        self._committed: dict[TaskId, tuple[int | None, int]] = {}  # task -> (resume point, read at ms)
+        self._caught_up: set[TaskId] = set()
+        self._stop = threading.Event()
+        self._backlog: list[object] = []
+        self._scan_dormant()
+        self._machine.report_offsets(self._task_offsets(), _now_ms())
+        self.membership: StreamsMembership | None = None
+
+    # ---------------------------------------------------------------- running
+    def run(self, stop: threading.Event | None = None, *, leave_timeout_s: float = 30.0) -> None:
+        """Join, then process until ``stop`` is set (or `stop()` is called); then leave cleanly."""
+        stop = stop or self._stop
+        self.membership = StreamsMembership(self._client, self._machine)
+        try:
+            while not stop.is_set() and not self._stop.is_set():
+                self._handle(self.membership.take_actions())
+                busy = self._process_actives()
+                busy = self._restore_copies() or busy
+                self._report()
+                if not busy:
+                    self.membership.wait(self.membership.has_actions, 0.05)
+            self.membership.leave(leave_timeout_s, self._handle, permanent=False)
+        finally:
+            self.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def close(self) -> None:
+        for store in self._stores.values():
+            if not store.closed:
+                store.close()
+        self._stores.clear()
+        if self.membership is not None:
+            self.membership.close()
+        if self._owns_log:
+            self.log.close()
+
+    @property
+    def owned(self) -> MemberTasks:
+        return self._machine.owned
+
+    # ---------------------------------------------------------------- actions
+    def _handle(self, actions: list[object]) -> None:
+        """Carry out actions in order. A Start whose committed offsets cannot be read yet waits at
+        the head of the backlog for the next round; a LostTasks cancels everything before it (the
+        state machine ignores acknowledgements of cancelled actions)."""
+        assert self.membership is not None
+        self._backlog.extend(actions)
+        lost = [i for i, a in enumerate(self._backlog) if isinstance(a, LostTasks)]
+        if lost:
+            held = [a for a in self._backlog[:lost[-1]] if isinstance(a, LostTasks)]
+            self._backlog = held + self._backlog[lost[-1]:]
+        while self._backlog:
+            a = self._backlog[0]
+            if isinstance(a, StopTasks):
+                self._stop_tasks(a.tasks)
+                self.membership.tasks_stopped(a.tasks)
+            elif isinstance(a, StartTasks):
+                try:
+                    self._start_tasks(a.tasks)
+                except OffsetFetchError as e:
+                    log.info("cannot start %s yet (retrying): %s", a.tasks, e)
+                    return
+                self.membership.tasks_started(a.tasks)
+            elif isinstance(a, LostTasks):
+                log.warning("lost tasks (%s): dropping them without committing", a.reason)
+                self._lose(a.tasks)
+            elif isinstance(a, Fatal):
+                raise StreamsError(f"the coordinator refused this member: {a.error.value}: {a.message}")
+            self._backlog.pop(0)
+
+    def _start_tasks(self, tasks: MemberTasks) -> None:
+        for t in sorted(tasks.standby):
+            self._copies[t] = "standby"
+            self._store(t)
+        for t in sorted(tasks.warmup):
+            self._copies[t] = "warm-up"
+            self._caught_up.discard(t)
+            self._store(t)
+        if tasks.active:
+            self._take_over(sorted(tasks.active))
+
+    def _take_over(self, tasks: list[TaskId]) -> None:
+        assert self.membership is not None
+        shards = {Shard(topic, t.partition): t for t in tasks for topic in self._sources(t)}
+        committed = self.membership.fetch_committed_with_metadata(shards)
+        for t in tasks:
+            mine = {sh: committed[sh] for sh, task in shards.items() if task == t and sh in committed}
+            self._copies.pop(t, None)
+            store = self._store(t)
+            store.become_active(resume_point([m for _, m in mine.values()], t), max(self._machine.epoch, 0),
+                               committed_offsets={sh.topic: o for sh, (o, _) in mine.items()} or None)
+            positions = {topic: 0 for topic in self._sources(t)}
+            positions.update({sh.topic: o for sh, (o, _) in mine.items()})
+            self._actives[t] = _Active(TaskContext(t, store), positions, written={(store.topic, t.partition)})
+
+    def _stop_tasks(self, tasks: MemberTasks) -> None:
+        if tasks.active & self._actives.keys():
+            self._commit(final=True)
+        for t in sorted(tasks.active):
+            active = self._actives.pop(t, None)
+            if active is not None:
+                active.context.store.release()
+                self._release_writes(active)
+                self._retire(t)
+        for t in sorted(tasks.standby | tasks.warmup):
+            self._copies.pop(t, None)
+            self._caught_up.discard(t)
+            self._retire(t)
+
+    def _lose(self, tasks: MemberTasks) -> None:
+        for t in sorted(tasks.active | tasks.standby | tasks.warmup):
+            active = self._actives.pop(t, None)
+            if active is not None:
+                active.context.store.release()  # drops what was not flushed
+                self._release_writes(active)
+            self._copies.pop(t, None)
+            self._retire(t)
+
+    def _release_writes(self, active: _Active) -> None:
+        for topic, p in sorted(active.written):
+            self.log.release_partition(topic, p)
+
+    def _retire(self, task: TaskId) -> None:
+        """The copy stays on disk, closed, and keeps being reported (it may come back here)."""
+        store = self._stores.pop(task, None)
+        if store is not None and not store.closed:
+            self._dormant[task] = dict(store.source_offsets)
+            store.close()
+
+    # ---------------------------------------------------------------- processing
+    def _process_actives(self) -> bool:
+        busy = False
+        for t, active in sorted(self._actives.items()):
+            for topic in sorted(active.positions):
+                records = self.log.read(topic, t.partition, active.positions[topic], self.batch_records)
+                for record in records:
+                    self.process(record, active.context)
+                if records:
+                    active.positions[topic] = records[-1].offset + 1
+                    active.dirty = busy = True
+        if busy:
+            self._commit(final=False)
+        return busy
+
+    def _commit(self, *, final: bool) -> None:
+        """Rule 2 for every active task with new work (all of them when ``final``)."""
+        assert self.membership is not None
+        flushed: dict[TaskId, int] = {}
+        offsets: dict[Shard, int] = {}
+        for t, active in sorted(self._actives.items()):
+            if not (active.dirty or final):
+                continue
+            active.written |= self._produce(active.context)
+            flushed[t] = active.context.store.flush(active.positions)
+            offsets.update({Shard(topic, t.partition): o for topic, o in active.positions.items()})
+            active.dirty = False
+        if not flushed:
+            return
+        try:
+            self.membership.commit(offsets, format_commit_metadata(flushed))
+        except CommitFailedError as e:
+            # Not accepted: the COMMITs stay unconfirmed, and the coordinator will tell us why
+            # (fenced: LostTasks). The records are processed again by whoever resumes.
+            log.warning("offset commit refused: %s", e)
+            return
+        for t, offset in flushed.items():
+            self._actives[t].context.store.confirm(offset)
+
+    def _produce(self, context: TaskContext) -> set[tuple[str, int]]:
+        by_target: dict[tuple[str, int], list[LogRecord]] = {}
+        for topic, partition, record in context._outputs:
+            p = context.task.partition if partition is None else partition
+            by_target.setdefault((topic, p), []).append(record)
+        for (topic, p), records in sorted(by_target.items()):
+            self.log.produce(topic, p, records)
+        context._outputs.clear()
+        return set(by_target)
+
+    # ---------------------------------------------------------------- copies
+    def _restore_copies(self) -> bool:
+        busy = False
+        for t, role in sorted(self._copies.items()):
+            store = self._stores[t]
+            committed = self._resume_point(t) if role == "warm-up" else None
+            before = store.changelog_position
+            progress = store.restore(committed=committed)
+            busy = busy or store.changelog_position != before
+            if role == "warm-up" and t not in self._caught_up and progress.at_end \
+                    and progress.commit_offset == committed:
+                self._caught_up.add(t)
+                self._report(urgent=True)
+        return busy
+
+    def _resume_point(self, task: TaskId) -> int | None:
+        """The COMMIT the coordinator's metadata names for ``task`` now (re-read now and then)."""
+        assert self.membership is not None
+        point, read_at = self._committed.get(task, (None, -1))
+        now = _now_ms()
+        if read_at >= 0 and now - read_at < self.offsets_refresh_ms:
+            return point
+        shards = [Shard(topic, task.partition) for topic in self._sources(task)]
+        try:
+            committed = self.membership.fetch_committed_with_metadata(shards)
+        except OffsetFetchError as e:
+            log.info("cannot read the committed offsets of %s yet: %s", task, e)
+            return point
+        point = resume_point([m for _, m in committed.values()], task)
+        self._committed[task] = (point, now)
+        return point
+
+    # ---------------------------------------------------------------- reports
+    def _report(self, *, urgent: bool = False) -> None:
+        assert self.membership is not None
+        self.membership.report_offsets(self._task_offsets(), urgent=urgent)
+
+    def _task_offsets(self) -> dict[TaskId, dict[Shard, int]]:
+        out = {t: {Shard(topic, t.partition): o for topic, o in offs.items()}
+               for t, offs in self._dormant.items()}
+        for t, store in self._stores.items():
+            out[t] = {Shard(topic, t.partition): o for topic, o in store.source_offsets.items()}
+        for t, active in self._actives.items():
+            out[t] = {Shard(topic, t.partition): o for topic, o in active.positions.items()}
+        return out
+
+    def _scan_dormant(self) -> None:
+        """Copies left in the state directory by earlier runs (rule 5)."""
+        for sub in self.topology.subtopologies:
+            prefix = changelog_topic(self.group, sub.subtopology_id) + "."
+            for path in sorted(self.state_dir.glob(prefix + "*.sqlite3")):
+                partition = path.name[len(prefix):-len(".sqlite3")]
+                if partition.isdigit():
+                    task = TaskId(sub.subtopology_id, int(partition))
+                    try:
+                        self._retire_opened(task)
+                    except Exception as e:  # a copy we cannot read is simply not reported
+                        log.warning("ignoring the local copy of %s at %s: %s", task, path, e)
+
+    def _retire_opened(self, task: TaskId) -> None:
+        self._store(task)
+        self._retire(task)
+
+    # ---------------------------------------------------------------- helpers
+    def _sources(self, task: TaskId) -> list[str]:
+        for sub in self.topology.subtopologies:
+            if sub.subtopology_id == task.subtopology:
+                return sorted(sub.source_topics)
+        raise StreamsError(f"the coordinator assigned task {task}, but the topology has no subtopology "
+                           f"{task.subtopology!r}")
+
+    def _store(self, task: TaskId) -> TaskStore:
+        store = self._stores.get(task)
+        if store is None or store.closed:
+            partitions = max(self.log.topic_partitions().get(topic, 0) for topic in self._sources(task))
+            store = self._stores[task] = TaskStore(self.state_dir, self.log, self.group, task,
+                                                   partitions=max(partitions, task.partition + 1))
+            self._dormant.pop(task, None)
+            if store.wiped:
+                log.warning("the local copy of %s was rebuilt from its changelog: %s", task, store.wiped)
+        return store
+
+
+def _process_id(state_dir: Path) -> str:
+    """The id of this state directory (rule 5): created once, then read back on every start."""
+    path = state_dir / _PROCESS_ID_FILE
+    if path.exists():
+        pid = path.read_text().strip()
+        if pid:
+            return pid
+    pid = str(uuid.uuid4())
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(pid + "\n")
+    tmp.replace(path)
+    return pid
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
