@@ -166,3 +166,30 @@ def test_kill_9_fails_over_to_standbys_with_exact_state(cluster: Cluster) -> Non
 
 def _process_id(cluster: Cluster, name: str) -> str:
     return (cluster.tmp / f"state-{name}" / "process-id").read_text().strip()
+
+
+def test_a_static_member_restarts_with_its_state_and_gets_its_tasks_back(cluster: Cluster) -> None:
+    cluster.produce(2_000)
+    cluster.member("a", "--instance", "counter-a")
+    b = cluster.member("b", "--instance", "counter-b")
+    def spread() -> bool:
+        d = cluster.describe()
+        return d is not None and d.state is StreamsGroupState.STABLE and sorted(actives(d).values()) == [2, 2]
+    wait_until(spread, "the tasks to spread 2/2 over a and b")
+    wait_until(cluster.caught_up, "the members to count every record")
+    before = cluster.describe()
+    assert before is not None
+    b_tasks = next(m.assigned.active for m in before.members if m.instance_id == "counter-b")
+
+    b.send_signal(signal.SIGTERM)  # a static member steps out (epoch -2): its tasks wait for it
+    assert b.wait(timeout=60) == 0, (cluster.tmp / "b.log").read_text()
+    cluster.produce(1_000, start=2_000)
+    cluster.member("b", "--instance", "counter-b")  # same instance id, same state directory
+    def back() -> bool:
+        d = cluster.describe()
+        return d is not None and d.state is StreamsGroupState.STABLE and any(
+            m.instance_id == "counter-b" and m.assigned.active == b_tasks for m in d.members)
+    wait_until(back, "b to get its own tasks back", show=cluster.describe)
+    wait_until(cluster.caught_up, "b to count what was produced while it was away")
+    after = cluster.describe()
+    assert after is not None and after.epoch == before.epoch  # nothing was reassigned
