@@ -515,13 +515,19 @@ class MemberStateMachine:
         )
 
     def _delta_request(self, acked: _Sent) -> HeartbeatRequest:
+        held = self._held()
+        # The coordinator reads an absent owned as "holds everything it was given": true only once
+        # the member holds its target. Until then, shards given and then taken back before the
+        # member ever took them would count as still held, and their revocation would wait for a
+        # report that never comes (until the revocation timeout fenced the member).
+        unchanged = acked.owned == held and held == self._target
         return HeartbeatRequest(
             group_id=self._group_id,
             member_id=self._member_id,
             member_epoch=self._epoch,
             subscribed_topics=None if acked.topics == self._topics else self._topics,
             subscribed_regex=None if acked.regex == self._regex else self._regex,
-            owned=None if acked.owned == self._held() else self._held(),
+            owned=None if unchanged else held,
         )
 
     def _delta_outstanding(self) -> bool:

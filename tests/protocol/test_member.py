@@ -402,6 +402,24 @@ def test_a_late_acknowledgement_after_the_session_ran_out_loses_instead_of_takin
     assert isinstance(lost, Lost) and lost.shards == S(A1, A2) and "session timeout" in lost.reason
 
 
+def test_a_delta_reports_owned_while_the_member_does_not_hold_its_target() -> None:
+    """The coordinator reads an absent owned as "holds everything it was given". While the member
+    has not reached its target, that would count shards it never took (and which may be taken back
+    before it does) as held, and their revocation would wait until the revocation timeout: so the
+    member reports owned until it holds its target. (Found by the streams member's random tests.)"""
+    m = joined(S(A0, A1), now=0)
+    send(m, 3000)
+    assert m.on_response(ok(2, S(A0, A2)), 3000) == [Revoke(S(A1))]  # A2 waits for the revoke
+    req = send(m, 6000)
+    assert req.owned == S(A0, A1)  # unchanged since the last answer, but not the target: said anyway
+    m.on_response(ok(2), 6000)
+    assert m.revocation_done(S(A1), 6500) == [Assign(S(A2))]
+    m.assignment_done(S(A2), 7000)
+    send(m, 7000)
+    m.on_response(ok(2), 7000)
+    assert send(m, 10_000).owned is None  # holds its target: nothing to say
+
+
 def test_session_is_measured_from_the_send_time_of_the_last_success() -> None:
     m = joined(session_timeout_ms=10_000)
     send(m, 3000)
