@@ -60,8 +60,10 @@ def validate(req: StreamsHeartbeatRequest, cfg: CoordinatorConfig) -> None:
 def check_epoch(group: StreamsGroup, req: StreamsHeartbeatRequest, current: StreamsCurrent) -> None:
     """FENCED_MEMBER_EPOCH unless the epoch is current, or the previous one after a lost response.
 
-    The previous epoch is accepted only from a member that reports what it owns, and owns nothing
-    in any role that it was not given: then it cannot be running a task that moved on.
+    The previous epoch is accepted only from a member that reports what it owns, runs as active
+    only tasks it was given as active, and holds copies only of tasks it was given in some role: then
+    it cannot be running a task that moved on. A copy given a new role in the lost answer (a warm-up
+    promoted to active) still passes: a copy never writes.
     """
     resend_is_safe = req.owned is not None and _within(req.owned, current.assigned)
     why = epoch_fence(req.member_epoch, current.epoch, current.previous_epoch, resend_is_safe)
@@ -73,5 +75,5 @@ def check_epoch(group: StreamsGroup, req: StreamsHeartbeatRequest, current: Stre
 
 
 def _within(owned: MemberTasks, given: MemberTasks) -> bool:
-    return (owned.active <= given.active and owned.standby <= given.standby
-            and owned.warmup <= given.warmup)
+    every_given = given.active | given.standby | given.warmup
+    return owned.active <= given.active and (owned.standby | owned.warmup) <= every_given

@@ -328,3 +328,21 @@ def test_a_standby_seen_lagging_that_catches_up_bumps_like_a_warmup() -> None:
     assert any(isinstance(c, WarmupCaughtUp) for c in bumps(d)[-1].causes)
     d.settle()
     assert len(a.owned.active) == len(b.owned.active) == 2
+
+
+def test_a_warm_up_promoted_in_a_lost_answer_resends_its_previous_epoch_without_being_fenced() -> None:
+    """The resend rule judges actives as actives and copies by any role: a warm-up still reported
+    as a warm-up, that the lost answer made active, runs nothing it was not given."""
+    d = Deployment()
+    d.join("a", "P1")
+    d.join("b", "P2")
+    d.settle()
+    cur = d.group().current["b"]
+    promoted = MemberTasks(active=cur.assigned.active)
+    assert promoted.active and cur.previous_epoch < cur.epoch
+    as_copy = StreamsHeartbeatRequest(GROUP, "b", cur.previous_epoch,
+                                      owned=MemberTasks(warmup=promoted.active))
+    assert d.sg.heartbeat(as_copy, d.now).response.error is ErrorCode.NONE
+    ungiven = frozenset(ALL4 - cur.assigned.active - cur.assigned.standby - cur.assigned.warmup)
+    stray = StreamsHeartbeatRequest(GROUP, "b", cur.previous_epoch, owned=MemberTasks(standby=ungiven))
+    assert ungiven and d.sg.heartbeat(stray, d.now).response.error is ErrorCode.FENCED_MEMBER_EPOCH
