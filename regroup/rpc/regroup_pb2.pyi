@@ -594,7 +594,7 @@ class StreamsHeartbeatRequest(_message.Message):
     def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., instance_id: _Optional[str] = ..., process_id: _Optional[str] = ..., rebalance_timeout_ms: _Optional[int] = ..., topology: _Optional[_Union[Topology, _Mapping]] = ..., owned: _Optional[_Union[MemberTasks, _Mapping]] = ..., task_offsets: _Optional[_Union[TaskOffsets, _Mapping]] = ...) -> None: ...
 
 class StreamsHeartbeatResponse(_message.Message):
-    __slots__ = ("error", "message", "member_id", "member_epoch", "heartbeat_interval_ms", "assignment", "status")
+    __slots__ = ("error", "message", "member_id", "member_epoch", "heartbeat_interval_ms", "assignment", "status", "session_timeout_ms")
     ERROR_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -602,6 +602,7 @@ class StreamsHeartbeatResponse(_message.Message):
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
     ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     error: ErrorCode
     message: str
     member_id: str
@@ -609,7 +610,8 @@ class StreamsHeartbeatResponse(_message.Message):
     heartbeat_interval_ms: int
     assignment: MemberTasks
     status: StreamsGroupStatus
-    def __init__(self, error: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., assignment: _Optional[_Union[MemberTasks, _Mapping]] = ..., status: _Optional[_Union[StreamsGroupStatus, _Mapping]] = ...) -> None: ...
+    session_timeout_ms: int
+    def __init__(self, error: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., assignment: _Optional[_Union[MemberTasks, _Mapping]] = ..., status: _Optional[_Union[StreamsGroupStatus, _Mapping]] = ..., session_timeout_ms: _Optional[int] = ...) -> None: ...
 
 class TaskLag(_message.Message):
     __slots__ = ("subtopology", "partition", "lag")

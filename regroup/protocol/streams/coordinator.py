@@ -330,7 +330,7 @@ class StreamsGroups:
             req.owned is not None and req.owned != nxt.assigned)
         return ch.outcome(StreamsHeartbeatResponse(
             ErrorCode.NONE, "", mid, nxt.epoch, self.limits.heartbeat_interval_ms,
-            nxt.assigned if send else None, group_status(group)))
+            nxt.assigned if send else None, group_status(group), self.limits.session_timeout_ms))
 
     def _merged(self, base: StreamsMember | None, req: StreamsHeartbeatRequest) -> StreamsMember:
         timeout = req.rebalance_timeout_ms if req.rebalance_timeout_ms is not None else (

@@ -392,7 +392,8 @@ class StreamsMemberStateMachine:
             self._state = StreamsMemberState.LEFT
             return []
         if resp.error is ErrorCode.NONE:
-            self._timing.answered(flight, interval_ms=resp.heartbeat_interval_ms)
+            self._timing.answered(flight, interval_ms=resp.heartbeat_interval_ms,
+                                  session_timeout_ms=resp.session_timeout_ms)
             return self._on_success(resp, req, now_ms)
         return self._on_error(resp, req, now_ms)
 

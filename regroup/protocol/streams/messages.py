@@ -75,3 +75,5 @@ class StreamsHeartbeatResponse:
     #: The member's tasks by role, or None when unchanged since the last response.
     assignment: MemberTasks | None = None
     status: GroupStatus = READY
+    #: The coordinator's session timeout (0: not said), which the member's own check must follow.
+    session_timeout_ms: int = 0
