@@ -49,6 +49,7 @@ from regroup.protocol.streams.member import LostTasks, StartTasks, StopTasks, St
 from regroup.protocol.streams.topology import TaskId, Topology
 from regroup.rpc.client import CoordinatorClient
 from regroup.streams.changelog import changelog_topic, format_commit_metadata, resume_point
+from regroup.streams.errors import StateStoreError
 from regroup.streams.membership import StreamsMembership
 from regroup.streams.store import TaskStore
 
@@ -231,8 +232,12 @@ class StreamsApp:
             mine = {sh: committed[sh] for sh, task in shards.items() if task == t and sh in committed}
             self._copies.pop(t, None)
             store = self._store(t)
-            store.become_active(resume_point([m for _, m in mine.values()], t), max(self._machine.epoch, 0),
-                               committed_offsets={sh.topic: o for sh, (o, _) in mine.items()} or None)
+            try:
+                resume = resume_point([m for _, m in mine.values()], t)
+                store.become_active(resume, max(self._machine.epoch, 0),
+                                    committed_offsets={sh.topic: o for sh, (o, _) in mine.items()} or None)
+            except (ValueError, StateStoreError) as e:
+                raise StreamsError(f"cannot take task {t} over as its active: {e}") from e
             positions = {topic: 0 for topic in self._sources(t)}
             positions.update({sh.topic: o for sh, (o, _) in mine.items()})
             self._actives[t] = _Active(TaskContext(t, store), positions, written={(store.topic, t.partition)})
