@@ -68,6 +68,7 @@ class HeartbeatTiming(Generic[R]):
                                    check_ms("retry_backoff_max_ms", retry_backoff_max_ms, positive=False))
         self._next_at = 0  # times are non-negative, so 0 is "due at once"
         self._in_flight: InFlight[R] | None = None
+        self._nudged_in_flight = False
         self._failures = 0
         self._last_ok_sent_at: int | None = None
 
@@ -131,8 +132,19 @@ class HeartbeatTiming(Generic[R]):
 
     # -- rule 3 --------------------------------------------------------------------------------
     def nudge(self, now_ms: int) -> None:
-        if self._in_flight is None and self._next_at > now_ms:
+        """Make the next request due now. A nudge that arrives while a request is in flight is kept
+        for after its answer (`after_answer`): that answer may predate the news (the coordinator
+        answers once its records are durable, but nudges at once)."""
+        if self._in_flight is not None:
+            self._nudged_in_flight = True
+        elif self._next_at > now_ms:
             self._next_at = now_ms
+
+    def after_answer(self, now_ms: int) -> None:
+        """Once an answer has set the next request's time: a nudge that came meanwhile wins."""
+        if self._nudged_in_flight:
+            self._nudged_in_flight = False
+            self._next_at = min(self._next_at, now_ms)
 
     # -- rule 4 --------------------------------------------------------------------------------
     def session_deadline(self) -> int | None:

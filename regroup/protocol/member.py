@@ -276,6 +276,8 @@ class MemberStateMachine:
         self._epoch = JOIN_EPOCH
         self._owned: ShardSet = EMPTY
         self._target: ShardSet | None = None
+        #: A nudge came while a request was in flight: the next one goes right after its answer.
+        self._nudged_in_flight = False
         self._pending: Revoke | Assign | None = None
         # Cancelled actions whose late acknowledgement must be ignored rather than rejected.
         self._cancelled: deque[Revoke | Assign] = deque(maxlen=8)
@@ -354,9 +356,15 @@ class MemberStateMachine:
 
     def nudge(self, now_ms: int) -> None:
         """The coordinator says there is work for us (a revocation, or released shards we wait
-        for): make the next heartbeat due now instead of at the end of the interval. Ignored while
-        a request is in flight (its answer carries the news) or when no request would be sent."""
-        if self._state not in _SILENT and self._inflight is None and self._next_at > now_ms:
+        for): make the next heartbeat due now instead of at the end of the interval. A nudge that
+        arrives while a request is in flight is kept for right after its answer: that answer may
+        predate the news (the service nudges at once but answers once its records are durable).
+        Ignored when no request would be sent."""
+        if self._state in _SILENT:
+            return
+        if self._inflight is not None:
+            self._nudged_in_flight = True
+        elif self._next_at > now_ms:
             self._next_at = now_ms
 
     def session_deadline(self) -> int | None:
@@ -416,7 +424,12 @@ class MemberStateMachine:
             self._state = MemberState.LEFT
             return []
         if resp.error is ErrorCode.NONE:
-            return self._on_success(resp, req, flight.sent_at, now_ms)
+            actions = self._on_success(resp, req, flight.sent_at, now_ms)
+            if self._nudged_in_flight and self._state not in _SILENT:
+                self._next_at = min(self._next_at, now_ms)
+            self._nudged_in_flight = False
+            return actions
+        self._nudged_in_flight = False
         return self._on_error(resp, req, now_ms)
 
     def request_failed(self, now_ms: int) -> list[Action]:

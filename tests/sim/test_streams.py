@@ -177,9 +177,6 @@ def _consumer_member() -> MemberStateMachine:
     return m
 
 
-@pytest.mark.xfail(strict=True, reason="a nudge that overtakes the answer to an older heartbeat is dropped "
-                                       "(HeartbeatTiming.nudge / MemberStateMachine.nudge): the member "
-                                       "waits a whole heartbeat interval for work it was told about")
 @pytest.mark.parametrize("kind", ["streams", "consumer"])
 def test_a_nudge_that_overtakes_an_older_answer_is_not_lost(kind: str) -> None:
     m = _streams_member() if kind == "streams" else _consumer_member()

@@ -394,7 +394,10 @@ class StreamsMemberStateMachine:
         if resp.error is ErrorCode.NONE:
             self._timing.answered(flight, interval_ms=resp.heartbeat_interval_ms,
                                   session_timeout_ms=resp.session_timeout_ms)
-            return self._on_success(resp, req, now_ms)
+            actions = self._on_success(resp, req, now_ms)
+            if self._state not in _TERMINAL:
+                self._timing.after_answer(now_ms)
+            return actions
         return self._on_error(resp, req, now_ms)
 
     def request_failed(self, now_ms: int) -> list[StreamsAction]:
