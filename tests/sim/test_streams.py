@@ -216,12 +216,7 @@ def test_the_streams_command_refuses_an_unknown_scenario() -> None:
     assert result_.exit_code != 0 and "unknown streams scenario" in result_.output
 
 
-RESTART_BUG = ("after a coordinator restart LagBook.seen_processes is empty, so target.caught_up skips every "
-               "standby until the next target computation; a move waiting for a standby then waits forever")
-
-
-@pytest.mark.parametrize("restart", [False, pytest.param(True, marks=pytest.mark.xfail(strict=True,
-                                                                                      reason=RESTART_BUG))])
+@pytest.mark.parametrize("restart", [False, True])
 def test_a_standby_that_catches_up_moves_its_task(restart: bool) -> None:
     from regroup.protocol.coordinator import Coordinator
     from regroup.protocol.messages import OffsetCommitRequest
@@ -273,7 +268,6 @@ def test_a_short_fault_sweep_holds_every_invariant_and_settles() -> None:
     assert summary.failed == [] and summary.events > 0
 
 
-@pytest.mark.xfail(strict=True, reason=RESTART_BUG)
 def test_fault_seed_148_settles() -> None:
     """Found by `regroup sim streams-check --seeds 400`: scale-in with a standby under regroup, the
     coordinator restarts at 384 s while the moves wait for standbys; the group stays stable with

@@ -44,6 +44,7 @@ from regroup.protocol.causes import (
     SubscribedTopicsChanged,
     TargetInstalled,
     TopologyChanged,
+    WarmupCaughtUp,
 )
 from regroup.protocol.config import CoordinatorConfig
 from regroup.protocol.errors import ErrorCode, ProtocolError
@@ -89,7 +90,7 @@ from regroup.protocol.streams.records import (
     TopologyRecord,
 )
 from regroup.protocol.streams.state import StreamsGroup, apply, held
-from regroup.protocol.streams.target import ASSIGNOR, caught_up, group_status, new_target
+from regroup.protocol.streams.target import ASSIGNOR, ProcessLags, caught_up, group_status, new_target
 from regroup.protocol.streams.topology import TaskId
 from regroup.protocol.timers import DueTimer, MemberKey, TimerKind, Timers
 from regroup.protocol.topics import TopicMetadata
@@ -303,8 +304,11 @@ class StreamsGroups:
             book.report(mid, req.task_offsets)
         bump = self._source_topics_changed(ch, group) or bump
         config = self.config_for(gid)
-        caught = caught_up(group, mid, book.process_lags(group, self.offsets).get(new_meta.process_id, {}),
+        lags_now = book.process_lags(group, self.offsets)
+        caught = caught_up(group, mid, lags_now.get(new_meta.process_id, {}),
                            book.seen, book.seen_processes, config.acceptable_recovery_lag)
+        if not caught and new_meta.process_id not in book.seen_processes:
+            caught = self._unseen_standbys(group, mid, new_meta.process_id, lags_now, book)
         if caught:
             ch.pending.extend(caught)
             bump = True
@@ -418,6 +422,24 @@ class StreamsGroups:
         ch.emit(SourceTopicsRecord(group.group_id, counts))
         ch.pending.append(SubscribedTopicsChanged(counts))
         return True
+
+    def _unseen_standbys(self, group: StreamsGroup, mid: str, pid: str, lags: ProcessLags,
+                         book: LagBook) -> list[WarmupCaughtUp]:
+        """`target` rule 3 for a process the last computation did not see (the first reports after
+        a coordinator restart): its caught-up standbys call for a new target only if the assignor,
+        given the lags now, would change it — a move may be waiting for exactly this copy. Either
+        way the process counts as seen from now on, so this runs once per process."""
+        limit = self.config_for(group.group_id).acceptable_recovery_lag
+        own = lags.get(pid, {})
+        book.seen.update({(pid, t): lag for t, lag in own.items()})
+        book.seen_processes = book.seen_processes | {pid}
+        standbys = [t for t in sorted(group.member_target(mid).standby) if own.get(t, limit + 1) <= limit]
+        if not standbys or group.epoch > group.target_epoch:
+            return []
+        would = new_target(group, lags, self.config_for(group.group_id).assignment())
+        if all(would.get(m, NO_TASKS) == group.member_target(m) for m in group.members):
+            return []
+        return [WarmupCaughtUp(mid, str(t), own[t]) for t in standbys]
 
     def _maybe_update_target(self, ch: _Changes, group: StreamsGroup) -> None:
         if group.epoch <= group.target_epoch or not group.members:
