@@ -10,13 +10,17 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from regroup.protocol.shard import Shard, format_shards
+
+if TYPE_CHECKING:
+    from regroup.protocol.streams.describe import StreamsGroupDescription
 
 COORDINATOR_HELP = "Coordinator address HOST:PORT (default: $REGROUP_COORDINATOR)."
 JSON_HELP = "Print one JSON object instead of tables."
@@ -87,7 +91,14 @@ def groups_describe(
         try:
             details = client.describe_group(group)
         except RequestRejected as e:
-            _fail(f"{e.code.value}: {e.message}")
+            if "is a streams group" not in e.message:
+                _fail(f"{e.code.value}: {e.message}")
+            try:
+                streams = client.describe_streams_group(group)
+            except RequestRejected as again:
+                _fail(f"{again.code.value}: {again.message}")
+            _print_streams_group(streams, json_output)
+            return
     d = details.description
     if json_output:
         from regroup.rpc.views import group_details_json
@@ -116,6 +127,46 @@ def groups_describe(
         history.add_row(time.strftime("%H:%M:%S", time.localtime(h.at_unix_ms / 1000)), str(h.epoch),
                         h.kind, h.cause)
     c.print(history)
+
+
+def _print_streams_group(d: StreamsGroupDescription, json_output: bool) -> None:
+    """A streams group: its topology, and every member's tasks by role with its copies' lags."""
+    from regroup.rpc.views import streams_group_json
+
+    if json_output:
+        print(json.dumps(streams_group_json(d)))
+        return
+    c = Console()
+    c.print(f"[bold]{d.group_id}[/bold]  streams group  state [bold]{d.state.value}[/bold]  "
+            f"group epoch {d.epoch}  target epoch {d.target_epoch}")
+    if not d.status.ready:
+        c.print(f"[red]not ready[/red]: {d.status.message}")
+    if d.topology is not None:
+        c.print("topology: " + "; ".join(f"{s.subtopology_id} <- {', '.join(sorted(s.source_topics))}"
+                                         for s in d.topology.subtopologies))
+    members = Table("member", "instance", "process", "epoch", "state", "active", "standby", "warm-up",
+                    "revoking", title="members")
+    for m in d.members:
+        revoking = m.pending_revocation
+        members.add_row(m.member_id, m.instance_id or "-", m.process_id, str(m.epoch), m.status.value,
+                        _tasks(m.assigned.active), _tasks(m.assigned.standby), _tasks(m.assigned.warmup),
+                        _tasks(revoking.active | revoking.standby | revoking.warmup))
+    c.print(members)
+    copies = Table("process", "task", "lag (records)", "role", title="local copies (lag behind the commits)")
+    for m in d.members:
+        warm = {w.task: w for w in m.warmups}
+        for task, lag in sorted(m.lags.items()):
+            role = ("active" if task in m.assigned.active else "standby" if task in m.assigned.standby
+                    else "warm-up" if task in m.assigned.warmup else "dormant")
+            if task in warm:
+                w = warm[task]
+                role += " (caught up)" if w.caught_up else f" (promoted at <= {w.acceptable_lag})"
+            copies.add_row(m.process_id, str(task), str(lag), role)
+    c.print(copies)
+
+
+def _tasks(tasks: Iterable[object]) -> str:
+    return ", ".join(sorted(map(str, tasks))) or "-"
 
 
 @groups_app.command("delete")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from regroup.protocol.streams.assignment import MemberTasks
+from regroup.protocol.streams.describe import StreamsGroupDescription
 from regroup.rpc.types import GroupDetails, MemberClient
 
 
@@ -39,3 +41,29 @@ def _client_json(c: MemberClient | None) -> dict[str, Any] | None:
         return None
     return {"client_id": c.client_id, "host": c.client_host, "last_heartbeat_age_ms": c.last_heartbeat_age_ms}
 
+
+
+def streams_group_json(d: StreamsGroupDescription) -> dict[str, Any]:
+    """The object ``regroup groups describe GROUP --json`` prints for a streams group (``"kind":
+    "streams"``); tasks are spelled ``subtopology_partition`` as Kafka spells them."""
+    return {
+        "group": d.group_id, "kind": "streams", "state": d.state.value, "epoch": d.epoch,
+        "target_epoch": d.target_epoch,
+        "ready": d.status.ready, "not_ready_reasons": list(d.status.reasons),
+        "topology": {} if d.topology is None else {
+            s.subtopology_id: sorted(s.source_topics) for s in d.topology.subtopologies},
+        "members": [{
+            "member_id": m.member_id, "instance_id": m.instance_id, "process_id": m.process_id,
+            "epoch": m.epoch, "previous_epoch": m.previous_epoch, "state": m.status.value,
+            "assigned": tasks_json(m.assigned), "pending_revocation": tasks_json(m.pending_revocation),
+            "target": tasks_json(m.target),
+            "lags": {str(t): lag for t, lag in sorted(m.lags.items())},
+            "warmups": [{"task": str(w.task), "lag": w.lag, "acceptable_lag": w.acceptable_lag,
+                         "caught_up": w.caught_up} for w in m.warmups],
+        } for m in d.members],
+    }
+
+
+def tasks_json(t: MemberTasks) -> dict[str, list[str]]:
+    return {"active": sorted(map(str, t.active)), "standby": sorted(map(str, t.standby)),
+            "warmup": sorted(map(str, t.warmup))}

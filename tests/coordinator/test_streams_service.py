@@ -85,3 +85,32 @@ def test_streams_group_over_grpc_survives_kill_9(tmp_path: Path) -> None:
     finally:
         c.close()
         assert s.terminate() == 0, s.log()
+
+
+def test_groups_describe_shows_a_streams_group_by_role(tmp_path: Path) -> None:
+    """`regroup groups describe` on a streams group (text and --json), through a real coordinator."""
+    import json
+    import subprocess
+    import sys
+
+    s = start_server(tmp_path / "data", "--log", "static:orders=4", "--standby-replicas", "1")
+    c = CoordinatorClient(s.address, timeout_s=5)
+    try:
+        join(c, "a", "P1")
+        join(c, "b", "P2")
+
+        def describe(*extra: str) -> str:
+            return subprocess.run([sys.executable, "-m", "regroup.cli", "groups", "describe", "counts",
+                                   "--coordinator", s.address, *extra],
+                                  capture_output=True, text=True, check=True, timeout=60).stdout
+
+        doc = json.loads(describe("--json"))
+        assert doc["kind"] == "streams" and doc["ready"] and doc["topology"] == {"count": ["orders"]}
+        by_id = {m["member_id"]: m for m in doc["members"]}
+        assert by_id["a"]["assigned"]["active"] == [f"count_{p}" for p in range(4)]
+        assert by_id["b"]["process_id"] == "P2" and not by_id["b"]["assigned"]["active"]
+        text = describe()
+        assert "streams group" in text and "count <- orders" in text and "count_" in text
+    finally:
+        c.close()
+        assert s.terminate() == 0, s.log()
