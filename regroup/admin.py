@@ -21,6 +21,7 @@ from regroup.protocol.shard import Shard, format_shards
 
 if TYPE_CHECKING:
     from regroup.protocol.streams.describe import StreamsGroupDescription
+    from regroup.protocol.streams.topology import TaskId
 
 COORDINATOR_HELP = "Coordinator address HOST:PORT (default: $REGROUP_COORDINATOR)."
 JSON_HELP = "Print one JSON object instead of tables."
@@ -136,7 +137,7 @@ def _print_streams_group(d: StreamsGroupDescription, json_output: bool) -> None:
     if json_output:
         print(json.dumps(streams_group_json(d)))
         return
-    c = Console()
+    c = Console() if sys.stdout.isatty() else Console(width=160)  # a pipe gets the whole table
     c.print(f"[bold]{d.group_id}[/bold]  streams group  state [bold]{d.state.value}[/bold]  "
             f"group epoch {d.epoch}  target epoch {d.target_epoch}")
     if not d.status.ready:
@@ -165,8 +166,12 @@ def _print_streams_group(d: StreamsGroupDescription, json_output: bool) -> None:
     c.print(copies)
 
 
-def _tasks(tasks: Iterable[object]) -> str:
-    return ", ".join(sorted(map(str, tasks))) or "-"
+def _tasks(tasks: Iterable[TaskId]) -> str:
+    """``count[0,1,2] join[4]``: tasks grouped by subtopology, as partitions are by topic."""
+    by_sub: dict[str, list[int]] = {}
+    for t in sorted(tasks):
+        by_sub.setdefault(t.subtopology, []).append(t.partition)
+    return " ".join(f"{sub}[{','.join(map(str, ps))}]" for sub, ps in by_sub.items()) or "-"
 
 
 @groups_app.command("delete")
