@@ -134,6 +134,10 @@ class Session(Generic[M]):
 
         Raises `OffsetFetchError` when they cannot be read; the caller retries later.
         """
+        return {s: o for s, (o, _) in self.fetch_committed_with_metadata(shards).items()}
+
+    def fetch_committed_with_metadata(self, shards: Collection[Shard]) -> dict[Shard, tuple[int, str]]:
+        """The same, with each commit's metadata (a streams member keeps its changelog position there)."""
         if not shards:
             return {}
         wanted = tuple(sorted(shards))
@@ -141,7 +145,7 @@ class Session(Generic[M]):
             lambda epoch: self.client.fetch_offsets(
                 OffsetFetchRequest(self.group_id, self.member_id, epoch, wanted)),
             OffsetFetchError)
-        return {s: c.offset for s, c in resp.offsets.items()}
+        return {s: (c.offset, c.metadata) for s, c in resp.offsets.items()}
 
     def commit(self, offsets: dict[Shard, int], metadata: str = "") -> None:
         """Commit ``offsets`` under the current member epoch; `CommitFailedError` if refused."""
@@ -151,18 +155,6 @@ class Session(Generic[M]):
             lambda epoch: self.client.commit_offsets(
                 OffsetCommitRequest(self.group_id, self.member_id, epoch, offsets, metadata)),
             CommitFailedError)
-
-    def fetch_committed_with_metadata(self, shards: Collection[Shard]) -> dict[Shard, tuple[int, str]]:
-        """The group's committed offsets of ``shards`` with their metadata (those with none absent);
-        `OffsetFetchError` when they cannot be read."""
-        if not shards:
-            return {}
-        wanted = tuple(sorted(shards))
-        resp = self._with_fresh_epoch(
-            lambda epoch: self.client.fetch_offsets(
-                OffsetFetchRequest(self.group_id, self.member_id, epoch, wanted)),
-            OffsetFetchError)
-        return {s: (c.offset, c.metadata) for s, c in resp.offsets.items()}
 
     def _with_fresh_epoch(self, send: Callable[[int], _Answer], refused: type[ConsumerError]) -> _Answer:
         """``send(current epoch)``; once more after STALE_MEMBER_EPOCH, which only means that the

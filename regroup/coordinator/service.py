@@ -270,44 +270,40 @@ class CoordinatorService:
 
     # ================================================================= heartbeat and watch
     async def heartbeat(self, request: pb.HeartbeatRequest, context: Ctx) -> pb.HeartbeatResponse:
-        t0 = time.perf_counter()
-        try:
-            req = wire.heartbeat_request_from_pb(request)
-        except WireError as e:
-            resp = HeartbeatResponse(ErrorCode.INVALID_REQUEST, str(e), request.member_id,
-                                     request.member_epoch, self.coord.config.heartbeat_interval_ms)
-            self._hb_counters[resp.error].inc()
-            return wire.heartbeat_response_to_pb(resp)
-        key = (req.group_id, req.member_id)
-        eff = self._step(lambda c: c.heartbeat(req, self.clock()), key)
-        resp = eff.response
-        if resp.error is ErrorCode.NONE and resp.member_epoch >= 0:
-            self._seen(key, context)
-        await self._released(eff)
-        self._hb_counters[resp.error].inc()
-        self.metrics.heartbeat_latency.observe(time.perf_counter() - t0)
-        return wire.heartbeat_response_to_pb(resp)
+        return await self._member_heartbeat(
+            request, context, wire.heartbeat_request_from_pb, lambda c, req: c.heartbeat(req, self.clock()),
+            wire.heartbeat_response_to_pb, HeartbeatResponse)
 
     async def streams_heartbeat(self, request: pb.StreamsHeartbeatRequest, context: Ctx,
                                 ) -> pb.StreamsHeartbeatResponse:
         """A streams member's heartbeat: the consumer heartbeat's path, with tasks in roles."""
+        return await self._member_heartbeat(
+            request, context, streams_wire.streams_heartbeat_request_from_pb,
+            lambda c, req: c.streams_heartbeat(req, self.clock()),
+            streams_wire.streams_heartbeat_response_to_pb, StreamsHeartbeatResponse)
+
+    async def _member_heartbeat(self, request: Any, context: Ctx, decode: Callable[[Any], Any],
+                                call: Callable[[Coordinator, Any], Outcome[Any]], encode: Callable[[Any], R],
+                                refused: Callable[..., Any]) -> R:
+        """Either kind of heartbeat: decode (a malformed one is INVALID_REQUEST), one step through
+        the runtime, remember the member's client, answer once durable."""
         t0 = time.perf_counter()
         try:
-            req = streams_wire.streams_heartbeat_request_from_pb(request)
+            req = decode(request)
         except WireError as e:
-            refused = StreamsHeartbeatResponse(ErrorCode.INVALID_REQUEST, str(e), request.member_id,
-                                               request.member_epoch, self.coord.config.heartbeat_interval_ms)
-            self._hb_counters[refused.error].inc()
-            return streams_wire.streams_heartbeat_response_to_pb(refused)
+            resp = refused(ErrorCode.INVALID_REQUEST, str(e), request.member_id, request.member_epoch,
+                           self.coord.config.heartbeat_interval_ms)
+            self._hb_counters[resp.error].inc()
+            return encode(resp)
         key = (req.group_id, req.member_id)
-        eff = self._step(lambda c: c.streams_heartbeat(req, self.clock()), key)
+        eff = self._step(lambda c: call(c, req), key)
         resp = eff.response
         if resp.error is ErrorCode.NONE and resp.member_epoch >= 0:
             self._seen(key, context)
         await self._released(eff)
         self._hb_counters[resp.error].inc()
         self.metrics.heartbeat_latency.observe(time.perf_counter() - t0)
-        return streams_wire.streams_heartbeat_response_to_pb(resp)
+        return encode(resp)
 
     async def heartbeat_stream(self, requests: AsyncIterator[pb.HeartbeatRequest], context: Ctx,
                                ) -> AsyncIterator[pb.HeartbeatResponse]:
