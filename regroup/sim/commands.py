@@ -85,10 +85,6 @@ def streams(
     restore_per_s: int = typer.Option(5_000, "--restore-per-s", help="Restore rate of one copy (records/s)."),
     probing_interval_s: int = typer.Option(600, "--probing-interval-s",
                                            help="KIP-441's probing rebalance interval (kip441 only)."),
-    renudge: bool = typer.Option(False, "--renudge",
-                                 help="Members re-apply a nudge that arrived while a heartbeat was in flight "
-                                      "(a workaround for the lost-nudge race; off = the state machines as "
-                                      "they are)."),
 ) -> None:
     """Streams groups: cold moves, KIP-441 (probing rebalances) and regroup (promotion by event),
     scenario by scenario, with per-task unavailability; invariants checked during every run."""
@@ -98,7 +94,7 @@ def streams(
     try:
         policies = POLICIES if not policy else tuple(Policy(p) for p in policy)
         base = StreamsSimSettings(tasks=tasks, state_records=state_records, restore_per_s=restore_per_s,
-                                  probing_interval_ms=probing_interval_s * 1000, renudge=renudge)
+                                  probing_interval_ms=probing_interval_s * 1000)
         rows = run_streams_compare(json_output, out, seeds, scenario, policies, base)
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e

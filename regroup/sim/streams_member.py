@@ -108,10 +108,6 @@ class StreamsSimSettings:
     commit_deadline_ms: int = 20_000
     #: A graceful shutdown that has not finished after this long becomes a crash.
     shutdown_timeout_ms: int = 30_000
-    #: The shell re-applies a nudge that arrived while a heartbeat was in flight once that
-    #: heartbeat's answer is in. Off by default: the state machines drop such a nudge ("its answer
-    #: carries the news"), which is wrong when the coordinator answered before the nudge's news.
-    renudge: bool = False
 
     def __post_init__(self) -> None:
         for name in ("tasks", "restore_per_s", "process_per_s", "commit_interval_ms"):
@@ -216,7 +212,6 @@ class SimStreamsMember:
         self._wake_token = 0
         self._restart_at: int | None = None
         self._committed: dict[TaskId, int] = {}
-        self._renudge = False
 
     @property
     def member_id(self) -> str | None:
@@ -241,7 +236,6 @@ class SimStreamsMember:
             retry_backoff_ms=s.retry_backoff_ms, retry_backoff_max_ms=s.retry_backoff_max_ms)
         self.alive, self.leaving, self.op, self._restart_at, self._wake_at = True, False, None, None, None
         self._committed = {}
-        self._renudge = False
         now = self.engine.now
         self.sm.report_offsets(self.view(now), now)  # the copies on disk go with the join
         self.sys.register(member_id, self)
@@ -278,10 +272,8 @@ class SimStreamsMember:
     def nudged(self, member_id: str) -> None:
         if self.alive and self.sm is not None and self.sm.member_id == member_id:
             if self.engine.verbose:
-                self.engine.trace(f"{member_id}: nudged" + (" (request in flight: ignored)"
+                self.engine.trace(f"{member_id}: nudged" + (" (request in flight: after its answer)"
                                                            if self.sm.in_flight else ""))
-            if self.sm.in_flight and self.s.renudge:
-                self._renudge = True
             self.sm.nudge(self.engine.now)
             self._reschedule()
 
@@ -395,20 +387,13 @@ class SimStreamsMember:
             return
         assert self.sm is not None
         self._act(self.sm.on_response(resp, self.engine.now))
-        self._renudged()
         self._after()
-
-    def _renudged(self) -> None:
-        if self._renudge and self.sm is not None:
-            self._renudge = False
-            self.sm.nudge(self.engine.now)
 
     def _on_fail(self, inc: int) -> None:
         if not self._live(inc):
             return
         assert self.sm is not None
         self._act(self.sm.request_failed(self.engine.now))
-        self._renudged()
         self._after()
 
     def _after(self) -> None:
