@@ -207,4 +207,5 @@ class Churn(RuleBasedStateMachine):
 
 
 TestChurn = Churn.TestCase
-TestChurn.settings = settings(max_examples=100, stateful_step_count=50, deadline=None)
+TestChurn.settings = settings(max_examples=100, stateful_step_count=50, deadline=None, derandomize=True,
+                              database=None)

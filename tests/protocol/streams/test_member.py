@@ -877,4 +877,5 @@ class StreamsMemberMachine(RuleBasedStateMachine):
 
 TestStreamsMemberMachine = StreamsMemberMachine.TestCase
 TestStreamsMemberMachine.settings = settings(max_examples=100, stateful_step_count=60, deadline=None,
+                                             derandomize=True, database=None,
                                              suppress_health_check=[HealthCheck.too_slow])

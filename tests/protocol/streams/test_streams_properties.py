@@ -218,5 +218,6 @@ class StreamsChurn(RuleBasedStateMachine):
         assert not any(ts.warmup for ts in g.target.values())  # every copy caught up: none left
 
 
-StreamsChurn.TestCase.settings = settings(max_examples=800, stateful_step_count=50, deadline=None)
+StreamsChurn.TestCase.settings = settings(max_examples=800, stateful_step_count=50, deadline=None,
+                                          derandomize=True, database=None)
 TestStreamsChurn = StreamsChurn.TestCase
