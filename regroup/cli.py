@@ -92,6 +92,40 @@ def bench_rebalance(
     run_rebalance_bench(scenario, json_output, added)
 
 
+@bench_app.command("stateful")
+def bench_stateful(
+    sizes: str = typer.Option("10MB,100MB", help="State per task, comma-separated (KB, MB, GB); 1GB takes "
+                                                 "long on a small machine."),
+    scenario: str = typer.Option("all", help="scale-out (cold vs warm), kill (1 standby vs none) or all."),
+    tasks: int = typer.Option(6, min=3, help="Tasks (partitions of the source topic)."),
+    value_bytes: int = typer.Option(800, min=16, help="Bytes of state per key (keys = size / this)."),
+    rate: float = typer.Option(50.0, min=0.1, max=1000, help="Records per second per task under load."),
+    acceptable_lag: str = typer.Option("10000,100", help="--acceptable-recovery-lag of the warm scale-outs, "
+                                                         "comma-separated: one run each (kills: the first)."),
+    session_timeout_ms: int = typer.Option(3_000, min=500, help="Coordinator session timeout: the failure "
+                                                                "detection time."),
+    repeat: int = typer.Option(1, min=1, help="Rounds, each running every scenario of every size."),
+    directory: str | None = typer.Option(None, help="Where to run (default: a temporary directory)."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+) -> None:
+    """Real streams members: unavailability of moved tasks, cold move vs warm-up, kill -9 with and
+    without a standby, per state size."""
+    from regroup.bench.stateful import KINDS, Settings, parse_size, run_stateful_bench
+
+    kinds = list(KINDS) if scenario == "all" else [scenario]
+    if any(k not in KINDS for k in kinds):
+        raise typer.BadParameter("choose scale-out, kill or all", param_hint="--scenario")
+    try:
+        parsed = [parse_size(s) for s in sizes.split(",") if s.strip()]
+        lags = tuple(int(x) for x in acceptable_lag.split(",") if x.strip())
+        settings = Settings(tasks=tasks, value_bytes=value_bytes, rate_per_task=rate, acceptable_lags=lags,
+                            session_timeout_ms=session_timeout_ms,
+                            heartbeat_interval_ms=max(100, session_timeout_ms // 6))
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from e
+    run_stateful_bench(parsed, kinds, settings, json_output=json_output, repeat=repeat, directory=directory)
+
+
 @bench_app.command("log")
 def bench_log(
     directory: str | None = typer.Option(None, help="Where to write (default: a temporary directory)."),
