@@ -2,6 +2,12 @@
 
 Thin: each command parses options, calls the coordinator (through `CoordinatorClient`) or the log,
 and prints a table — or one JSON object with ``--json``.
+
+The ``groups`` commands cover both kinds of group: ``list`` shows each group's kind, ``describe``
+shows a consumer group or a streams group (tasks by role, with each task copy's lag and each
+warm-up's progress), ``delete`` deletes either. A task is spelled as Kafka spells it,
+``subtopology_partition``; a member's tasks of one role are grouped by subtopology
+(``count[0,1,2]``), as a consumer's partitions are by topic.
 """
 
 from __future__ import annotations
@@ -20,13 +26,15 @@ from rich.table import Table
 from regroup.protocol.shard import Shard, format_shards
 
 if TYPE_CHECKING:
-    from regroup.protocol.streams.describe import StreamsGroupDescription
+    from regroup.protocol.streams.assignment import MemberTasks
+    from regroup.protocol.streams.describe import StreamsGroupDescription, StreamsMemberDescription
     from regroup.protocol.streams.topology import TaskId
 
 COORDINATOR_HELP = "Coordinator address HOST:PORT (default: $REGROUP_COORDINATOR)."
 JSON_HELP = "Print one JSON object instead of tables."
 
-groups_app = typer.Typer(help="Inspect and delete consumer groups.", no_args_is_help=True)
+groups_app = typer.Typer(help="Inspect and delete groups, consumer and streams groups.",
+                         no_args_is_help=True)
 offsets_app = typer.Typer(help="Reset or delete a group's committed offsets (group must be empty).",
                           no_args_is_help=True)
 topics_app = typer.Typer(help="Create and list topics of the log.", no_args_is_help=True)
@@ -66,15 +74,16 @@ def groups_list(
     token: str | None = typer.Option(None, help="API token (default: $REGROUP_TOKEN)."),
     json_output: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
-    """Every group: state and member count."""
+    """Every group: its kind (consumer or streams), state and member count."""
     with _client(coordinator, token) as client:
         rows = client.list_groups()
     if json_output:
-        print(json.dumps({"groups": [{"group": g, "state": s.value, "members": n} for g, s, n in rows]}))
+        print(json.dumps({"groups": [{"group": r.group_id, "kind": r.kind, "state": r.state.value,
+                                      "members": r.members} for r in rows]}))
         return
-    table = Table("group", "state", "members")
-    for g, s, n in rows:
-        table.add_row(g, s.value, str(n))
+    table = Table("group", "kind", "state", "members")
+    for r in rows:
+        table.add_row(r.group_id, r.kind, r.state.value, str(r.members))
     Console().print(table)
 
 
@@ -85,14 +94,21 @@ def groups_describe(
     token: str | None = typer.Option(None, help="API token (default: $REGROUP_TOKEN)."),
     json_output: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
-    """State, epochs, members with assigned and pending partitions, offsets with lag, epoch history."""
+    """State, epochs, members with assigned and pending partitions, offsets with lag, epoch history.
+
+    A streams group: readiness, topology, members with their tasks by role, each task copy's lag
+    and each warm-up's progress.
+    """
+    from regroup.protocol.errors import ErrorCode
     from regroup.rpc.errors import RequestRejected
 
     with _client(coordinator, token) as client:
+        # Consumer groups first: the common case costs one call. The coordinator refuses a consumer
+        # describe of a streams group with INVALID_REQUEST naming the kind; only then ask again.
         try:
             details = client.describe_group(group)
         except RequestRejected as e:
-            if "is a streams group" not in e.message:
+            if e.code is not ErrorCode.INVALID_REQUEST or "is a streams group" not in e.message:
                 _fail(f"{e.code.value}: {e.message}")
             try:
                 streams = client.describe_streams_group(group)
@@ -131,38 +147,39 @@ def groups_describe(
 
 
 def _print_streams_group(d: StreamsGroupDescription, json_output: bool) -> None:
-    """A streams group: its topology, and every member's tasks by role with its copies' lags."""
+    """A streams group: readiness, topology, every member's tasks by role, every task copy's lag."""
     from regroup.rpc.views import streams_group_json
 
     if json_output:
         print(json.dumps(streams_group_json(d)))
         return
-    c = Console() if sys.stdout.isatty() else Console(width=160)  # a pipe gets the whole table
+    c = Console() if sys.stdout.isatty() else Console(width=200)  # a pipe gets the whole table
     c.print(f"[bold]{d.group_id}[/bold]  streams group  state [bold]{d.state.value}[/bold]  "
             f"group epoch {d.epoch}  target epoch {d.target_epoch}")
-    if not d.status.ready:
-        c.print(f"[red]not ready[/red]: {d.status.message}")
-    if d.topology is not None:
+    if d.status.ready:
+        c.print("ready: the topology runs on the topics as they are")
+    else:
+        c.print("[red]not ready[/red]: nothing is assigned until this is fixed:")
+        for reason in d.status.reasons:
+            c.print(f"  - {reason}")
+    if d.topology is None:
+        c.print("topology: none yet (no member sent one)")
+    else:
         c.print("topology: " + "; ".join(f"{s.subtopology_id} <- {', '.join(sorted(s.source_topics))}"
-                                         for s in d.topology.subtopologies))
+                                         for s in sorted(d.topology.subtopologies,
+                                                         key=lambda s: s.subtopology_id)))
     members = Table("member", "instance", "process", "epoch", "state", "active", "standby", "warm-up",
-                    "revoking", title="members")
+                    "revoking", "target (when different)", title="members")
     for m in d.members:
-        revoking = m.pending_revocation
         members.add_row(m.member_id, m.instance_id or "-", m.process_id, str(m.epoch), m.status.value,
                         _tasks(m.assigned.active), _tasks(m.assigned.standby), _tasks(m.assigned.warmup),
-                        _tasks(revoking.active | revoking.standby | revoking.warmup))
+                        _by_role(m.pending_revocation),
+                        "-" if m.target == m.assigned else _by_role(m.target))
     c.print(members)
-    copies = Table("process", "task", "lag (records)", "role", title="local copies (lag behind the commits)")
-    for m in d.members:
-        warm = {w.task: w for w in m.warmups}
-        for task, lag in sorted(m.lags.items()):
-            role = ("active" if task in m.assigned.active else "standby" if task in m.assigned.standby
-                    else "warm-up" if task in m.assigned.warmup else "dormant")
-            if task in warm:
-                w = warm[task]
-                role += " (caught up)" if w.caught_up else f" (promoted at <= {w.acceptable_lag})"
-            copies.add_row(m.process_id, str(task), str(lag), role)
+    copies = Table("process", "task", "role", "lag (records)", "warm-up progress",
+                   title="task copies by process (lag behind the committed offsets)")
+    for process, task, roles, lag, progress in _copies(d.members):
+        copies.add_row(process, str(task), roles, _dash(lag), progress)
     c.print(copies)
 
 
@@ -172,6 +189,50 @@ def _tasks(tasks: Iterable[TaskId]) -> str:
     for t in sorted(tasks):
         by_sub.setdefault(t.subtopology, []).append(t.partition)
     return " ".join(f"{sub}[{','.join(map(str, ps))}]" for sub, ps in by_sub.items()) or "-"
+
+
+def _by_role(tasks: MemberTasks) -> str:
+    """``active count[0] standby count[1,2]``: the roles that have tasks."""
+    return "  ".join(f"{role} {_tasks(ts)}" for role, ts in tasks.roles() if ts) or "-"
+
+
+def _roles_of(m: StreamsMemberDescription, task: TaskId) -> list[str]:
+    """What one member does with one task: its role, revoking one, or awaiting one of its target."""
+    assigned, revoking, target = m.assigned.roles(), m.pending_revocation.roles(), m.target.roles()
+    return [*(role for role, ts in assigned if task in ts),
+            *(f"revoking {role}" for role, ts in revoking if task in ts),
+            *(f"awaiting {role}" for (role, ts), (_, now) in zip(target, assigned, strict=True)
+              if task in ts and task not in now)]
+
+
+def _copies(members: Iterable[StreamsMemberDescription],
+            ) -> list[tuple[str, TaskId, str, int | None, str]]:
+    """One row per process and task copy: the roles its members give it, its lag (None: not
+    reported) and, for a warm-up, how far it is from being caught up."""
+    by_process: dict[str, list[StreamsMemberDescription]] = {}
+    for m in members:
+        by_process.setdefault(m.process_id, []).append(m)
+    rows = []
+    for process, ms in sorted(by_process.items()):
+        lags = ms[0].lags  # the process's: every member of a process carries the same
+        warm = {w.task: w for m in ms for w in m.warmups}
+        tasks: set[TaskId] = set(lags)
+        for m in ms:
+            for held in (m.assigned, m.pending_revocation, m.target):
+                tasks |= held.active | held.standby | held.warmup
+        for task in sorted(tasks):
+            roles = [f"{r} ({m.member_id})" if len(ms) > 1 else r for m in ms for r in _roles_of(m, task)]
+            w = warm.get(task)
+            if w is None:
+                progress = "-"
+            elif w.lag is None:
+                progress = f"no report yet (caught up at <= {w.acceptable_lag})"
+            elif w.caught_up:
+                progress = f"caught up: {w.lag} <= {w.acceptable_lag}"
+            else:
+                progress = f"restoring: {w.lag} behind, caught up at <= {w.acceptable_lag}"
+            rows.append((process, task, ", ".join(roles) or "dormant", lags.get(task), progress))
+    return rows
 
 
 @groups_app.command("delete")

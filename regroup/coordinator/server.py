@@ -247,7 +247,7 @@ def _dashboard(service: CoordinatorService, token: str | None, host: str, port: 
     coord = service.coord
 
     def epochs_of(gid: str) -> tuple[int, int] | None:
-        g = coord.groups.get(gid)
+        g = coord.groups.get(gid) or coord.streams.groups.get(gid)  # either kind: one namespace
         return (g.epoch, g.target_epoch) if g is not None else None
 
     feed = Feed(epochs_of)

@@ -504,9 +504,10 @@ class CoordinatorService:
             return {}
 
     async def list_groups(self, _request: pb.ListGroupsRequest, _context: Ctx) -> pb.ListGroupsResponse:
-        groups = await self._ask(lambda c: c.list_groups())
+        """Both kinds of group, each in its own list."""
+        consumer, streams = await self._ask(lambda c: (c.list_groups(), c.list_streams_groups()))
         self._count("ListGroups", ErrorCode.NONE)
-        return wire.list_groups_to_pb(groups)
+        return wire.list_groups_to_pb(consumer, streams)
 
     async def delete_group(self, request: pb.DeleteGroupRequest, _context: Ctx) -> pb.Ack:
         ack = await self._released(self._step(lambda c: c.delete_group(request.group_id)))

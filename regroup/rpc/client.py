@@ -33,13 +33,12 @@ from regroup.protocol.messages import (
     OffsetResetRequest,
 )
 from regroup.protocol.shard import Shard
-from regroup.protocol.state import GroupState
 from regroup.protocol.streams.describe import StreamsGroupDescription
 from regroup.protocol.streams.messages import StreamsHeartbeatRequest, StreamsHeartbeatResponse
 from regroup.rpc import regroup_pb2 as pb
 from regroup.rpc import streams_wire, wire
 from regroup.rpc.errors import AuthenticationFailed, CoordinatorUnavailable, RequestRejected, WireError
-from regroup.rpc.types import GroupDetails, Nudge, TopicsInfo
+from regroup.rpc.types import GroupDetails, GroupListing, Nudge, TopicsInfo
 from regroup.rpc.wire import AUTH_HEADER, CLIENT_ID_HEADER, SERVICE_NAME
 
 M = TypeVar("M")
@@ -266,8 +265,9 @@ class CoordinatorClient:
         self._raise_for(msg.error, msg.message)
         return self._decode(streams_wire.streams_description_from_pb, msg.group)
 
-    def list_groups(self) -> list[tuple[str, GroupState, int]]:
-        """``(group id, state, member count)`` of every group, as the core's `list_groups`."""
+    def list_groups(self) -> list[GroupListing]:
+        """``(group id, state, member count)`` of every group of both kinds, by group id; ``.kind``
+        says which (a streams group's state is a `StreamsGroupState`)."""
         msg = self._unary("ListGroups", pb.ListGroupsRequest(), pb.ListGroupsResponse)
         return self._decode(wire.list_groups_from_pb, msg)
 

@@ -482,11 +482,23 @@ class GroupListing(_message.Message):
     members: int
     def __init__(self, group_id: _Optional[str] = ..., state: _Optional[_Union[GroupState, str]] = ..., members: _Optional[int] = ...) -> None: ...
 
+class StreamsGroupListing(_message.Message):
+    __slots__ = ("group_id", "state", "members")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    state: StreamsGroupState
+    members: int
+    def __init__(self, group_id: _Optional[str] = ..., state: _Optional[_Union[StreamsGroupState, str]] = ..., members: _Optional[int] = ...) -> None: ...
+
 class ListGroupsResponse(_message.Message):
-    __slots__ = ("groups",)
+    __slots__ = ("groups", "streams_groups")
     GROUPS_FIELD_NUMBER: _ClassVar[int]
+    STREAMS_GROUPS_FIELD_NUMBER: _ClassVar[int]
     groups: _containers.RepeatedCompositeFieldContainer[GroupListing]
-    def __init__(self, groups: _Optional[_Iterable[_Union[GroupListing, _Mapping]]] = ...) -> None: ...
+    streams_groups: _containers.RepeatedCompositeFieldContainer[StreamsGroupListing]
+    def __init__(self, groups: _Optional[_Iterable[_Union[GroupListing, _Mapping]]] = ..., streams_groups: _Optional[_Iterable[_Union[StreamsGroupListing, _Mapping]]] = ...) -> None: ...
 
 class DeleteGroupRequest(_message.Message):
     __slots__ = ("group_id",)

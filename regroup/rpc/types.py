@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from regroup.protocol.describe import GroupDescription
 from regroup.protocol.shard import Shard
+from regroup.protocol.state import GroupState
+from regroup.protocol.streams.state import StreamsGroupState
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +63,20 @@ class GroupDetails:
     history: tuple[EpochChange, ...] = ()
     #: The address of the coordinator that answered.
     coordinator: str = ""
+
+
+class GroupListing(NamedTuple):
+    """One group of ListGroups, of either kind; unpacks as ``(group id, state, member count)``."""
+
+    group_id: str
+    #: A consumer group's `GroupState` or a streams group's `StreamsGroupState`.
+    state: GroupState | StreamsGroupState
+    members: int
+
+    @property
+    def kind(self) -> str:
+        """``consumer`` or ``streams``: which describe call describes the group."""
+        return "streams" if isinstance(self.state, StreamsGroupState) else "consumer"
 
 
 @dataclass(frozen=True, slots=True)

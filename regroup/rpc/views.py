@@ -1,16 +1,19 @@
 """The JSON views of the API's values: one builder per view, shared by every door that shows it.
 
 `groups describe --json` and the dashboard's ``GET /api/groups/{group}`` print the same object, built
-here, so the two cannot drift apart (docs/operations.md documents its fields).
+here, so the two cannot drift apart (docs/operations.md documents its fields): `group_details_json`
+for a consumer group, `streams_group_json` for a streams group (``"kind": "streams"``). Keys are
+never renamed or removed; lists are sorted, so equal groups print equal documents.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from regroup.protocol.streams.assignment import MemberTasks
 from regroup.protocol.streams.describe import StreamsGroupDescription
-from regroup.rpc.types import GroupDetails, MemberClient
+from regroup.rpc.types import EpochChange, GroupDetails, MemberClient
 
 
 def group_details_json(details: GroupDetails) -> dict[str, Any]:
@@ -31,9 +34,13 @@ def group_details_json(details: GroupDetails) -> dict[str, Any]:
         "offsets": [{"partition": str(o.shard), "topic": o.shard.topic, "partition_id": o.shard.partition,
                      "committed": o.committed, "log_end_offset": o.log_end_offset, "lag": o.lag,
                      "owner": o.owner} for o in details.offsets],
-        "history": [{"at_unix_ms": h.at_unix_ms, "kind": h.kind, "epoch": h.epoch, "cause": h.cause}
-                    for h in details.history],
+        "history": history_json(details.history),
     }
+
+
+def history_json(history: Iterable[EpochChange]) -> list[dict[str, Any]]:
+    """A group's epoch changes, oldest first (either kind of group)."""
+    return [{"at_unix_ms": h.at_unix_ms, "kind": h.kind, "epoch": h.epoch, "cause": h.cause} for h in history]
 
 
 def _client_json(c: MemberClient | None) -> dict[str, Any] | None:
@@ -42,10 +49,11 @@ def _client_json(c: MemberClient | None) -> dict[str, Any] | None:
     return {"client_id": c.client_id, "host": c.client_host, "last_heartbeat_age_ms": c.last_heartbeat_age_ms}
 
 
-
 def streams_group_json(d: StreamsGroupDescription) -> dict[str, Any]:
     """The object ``regroup groups describe GROUP --json`` prints for a streams group (``"kind":
-    "streams"``); tasks are spelled ``subtopology_partition`` as Kafka spells them."""
+    "streams"``); tasks are spelled ``subtopology_partition`` as Kafka spells them. ``lags`` are the
+    member's process's copies (the same for every member of a process); ``warmups`` the warm-ups of
+    its target with their lag (null: not reported yet) against the acceptable recovery lag."""
     return {
         "group": d.group_id, "kind": "streams", "state": d.state.value, "epoch": d.epoch,
         "target_epoch": d.target_epoch,

@@ -33,10 +33,19 @@ from regroup.protocol.messages import (
 from regroup.protocol.records import MemberStatus
 from regroup.protocol.shard import Shard, ShardSet
 from regroup.protocol.state import GroupState
+from regroup.protocol.streams.state import StreamsGroupState
 from regroup.protocol.topics import TopicMetadata
 from regroup.rpc import regroup_pb2 as pb
 from regroup.rpc.errors import WireError
-from regroup.rpc.types import EpochChange, GroupDetails, MemberClient, Nudge, OffsetStatus, TopicsInfo
+from regroup.rpc.types import (
+    EpochChange,
+    GroupDetails,
+    GroupListing,
+    MemberClient,
+    Nudge,
+    OffsetStatus,
+    TopicsInfo,
+)
 
 #: The gRPC service, as declared in proto/regroup.proto.
 SERVICE_NAME = "regroup.v1.Coordinator"
@@ -411,13 +420,29 @@ def group_details_from_pb(msg: pb.GroupDescription) -> GroupDetails:
         coordinator=msg.coordinator)
 
 
-def list_groups_to_pb(groups: Iterable[tuple[str, GroupState, int]]) -> pb.ListGroupsResponse:
-    return pb.ListGroupsResponse(groups=[pb.GroupListing(group_id=g, state=state_to_pb(s), members=n)
-                                         for g, s, n in groups])
+def list_groups_to_pb(groups: Iterable[tuple[str, GroupState, int]],
+                      streams: Iterable[tuple[str, str, int]] = ()) -> pb.ListGroupsResponse:
+    """Consumer groups as the core's `list_groups`, streams groups as its `list_streams_groups`
+    (state by value), each kind in its own list (see proto: ListGroupsResponse)."""
+    from regroup.rpc.streams_wire import streams_state_to_pb  # streams_wire builds on this module
+
+    return pb.ListGroupsResponse(
+        groups=[pb.GroupListing(group_id=g, state=state_to_pb(s), members=n) for g, s, n in groups],
+        streams_groups=[pb.StreamsGroupListing(group_id=g, state=streams_state_to_pb(StreamsGroupState(s)),
+                                               members=n) for g, s, n in streams])
 
 
-def list_groups_from_pb(msg: pb.ListGroupsResponse) -> list[tuple[str, GroupState, int]]:
-    return [(g.group_id, state_from_pb(g.state), g.members) for g in msg.groups]
+def list_groups_from_pb(msg: pb.ListGroupsResponse) -> list[GroupListing]:
+    """Every group of both kinds, by group id (an older coordinator sends consumer groups only)."""
+    from regroup.rpc.streams_wire import streams_state_from_pb
+
+    out = [GroupListing(g.group_id, state_from_pb(g.state), g.members) for g in msg.groups]
+    for g in msg.streams_groups:
+        try:
+            out.append(GroupListing(g.group_id, streams_state_from_pb(g.state), g.members))
+        except WireError as e:
+            raise WireError(f"streams group {g.group_id!r}: {e}") from e
+    return sorted(out, key=lambda g: g.group_id)
 
 
 # ---------------------------------------------------------------------------------------- topics, nudges

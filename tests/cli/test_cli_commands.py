@@ -3,8 +3,19 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
+
+from regroup.protocol.errors import ErrorCode
+from regroup.protocol.messages import OffsetCommitRequest
+from regroup.protocol.shard import Shard
+from regroup.protocol.streams.messages import StreamsHeartbeatRequest, StreamsHeartbeatResponse
+from regroup.protocol.streams.topology import TaskId, Topology
+from regroup.rpc.client import CoordinatorClient
+from tests.coordinator.server_proc import start_server
+from tests.coordinator.test_server import M, settle
 
 
 def run(*args: str) -> dict:  # type: ignore[type-arg]
@@ -53,3 +64,102 @@ def test_rebalance_bench_grow_runs_real_processes() -> None:
     result = run("bench", "rebalance", "--scenario", "grow", "--added", "90", "--json")
     grow = result["grow"]
     assert grow["partitions_added"] == 90 and 0 < grow["seconds_to_stable"] < 60
+
+
+# ----------------------------------------------------------------------------------- streams groups
+def text(*args: str) -> str:
+    return subprocess.run([sys.executable, "-m", "regroup.cli", *args], capture_output=True, text=True,
+                          check=True, timeout=120).stdout
+
+
+def test_groups_describe_and_list_show_a_streams_group(tmp_path: Path) -> None:
+    """`groups describe` (text and --json) and `groups list` against a real coordinator with a streams
+    group of two processes: actives on one, a standby and warm-ups restoring on the other, then a
+    warm-up caught up and moving; a streams group that cannot run; a consumer group beside them."""
+    s = start_server(tmp_path / "data", "--log", "static:orders=4", "--standby-replicas", "1",
+                     "--acceptable-recovery-lag", "100")
+    try:
+        with CoordinatorClient(s.address, timeout_s=10) as c:
+            a = _streams_join(c, "counts", "a", "P1", COUNT)
+            b = _streams_join(c, "counts", "b", "P2", COUNT)
+            assert a.assignment is not None and a.assignment.active == ALL_TASKS
+            assert b.assignment is not None and b.assignment.warmup and not b.assignment.active
+            warming = sorted(map(str, b.assignment.warmup))
+            committed = {Shard("orders", p): 1000 for p in range(4)}
+            ack = c.commit_offsets(OffsetCommitRequest("counts", "a", a.member_epoch, committed))
+            assert ack.ok, ack.message
+            _report(c, "counts", "a", a.member_epoch, 1000)
+            _report(c, "counts", "b", b.member_epoch, 200)  # every copy of P2 is 800 behind
+            broken = _streams_join(c, "broken", "x", "P9", Topology.of({"join": ["clicks"]}))
+            assert not broken.status.ready
+            plain = M("plain", "m1")
+            plain.join(c)
+            settle(c, [plain])
+
+            doc = run("groups", "describe", "counts", "--json", "--coordinator", s.address)
+            assert (doc["group"], doc["kind"], doc["ready"], doc["not_ready_reasons"]) == \
+                ("counts", "streams", True, [])
+            assert doc["topology"] == {"count": ["orders"]} and doc["epoch"] == doc["target_epoch"] == 2
+            by_id = {m["member_id"]: m for m in doc["members"]}
+            assert by_id["a"]["assigned"] == {"active": [f"count_{p}" for p in range(4)], "standby": [],
+                                              "warmup": []}
+            assert by_id["a"]["lags"] == {f"count_{p}": 0 for p in range(4)}
+            assert by_id["b"]["process_id"] == "P2" and by_id["b"]["assigned"]["warmup"] == warming
+            assert by_id["b"]["lags"] == {f"count_{p}": 800 for p in range(4)}
+            assert by_id["b"]["warmups"] == [
+                {"task": t, "lag": 800, "acceptable_lag": 100, "caught_up": False} for t in warming]
+            out = text("groups", "describe", "counts", "--coordinator", s.address)
+            assert "counts  streams group  state stable  group epoch 2  target epoch 2" in out
+            assert "ready: the topology runs" in out and "topology: count <- orders" in out
+            assert "count[0,1,2,3]" in out  # a's actives, grouped by subtopology
+            for t in warming:  # each warm-up copy: its role, its lag and how far from caught up
+                assert re.search(rf"P2 .*{t} .*warm-up .*800 .*restoring: 800 behind, caught up at <= 100",
+                                 out), out
+
+            # P2's copies catch up: the epoch moves, the targets change, b awaits its new actives.
+            _report(c, "counts", "b", b.member_epoch, 950)
+            doc = run("groups", "describe", "counts", "--json", "--coordinator", s.address)
+            by_id = {m["member_id"]: m for m in doc["members"]}
+            assert doc["epoch"] == 3 and by_id["b"]["target"]["active"] == warming
+            assert by_id["a"]["target"] != by_id["a"]["assigned"]
+            out = text("groups", "describe", "counts", "--coordinator", s.address)
+            for t in warming:
+                assert re.search(rf"P2 .*{t} .*warm-up, awaiting active .*50", out), out
+            moving = "[" + ",".join(t.split("_")[1] for t in warming) + "]"
+            # a's target column: what it hands over it keeps as a standby.
+            assert re.search(rf"\ba .*P1 .*standby count{re.escape(moving)}", out), out
+
+            out = text("groups", "describe", "broken", "--coordinator", s.address)
+            assert "state not ready" in out and "not ready" in out and "clicks" in out
+            doc = run("groups", "describe", "broken", "--json", "--coordinator", s.address)
+            assert not doc["ready"] and any("clicks" in r for r in doc["not_ready_reasons"])
+
+            listing = run("groups", "list", "--json", "--coordinator", s.address)
+            assert listing["groups"] == [
+                {"group": "broken", "kind": "streams", "state": "not ready", "members": 1},
+                {"group": "counts", "kind": "streams", "state": "reconciling", "members": 2},
+                {"group": "plain", "kind": "consumer", "state": "stable", "members": 1}]
+            out = text("groups", "list", "--coordinator", s.address)
+            assert re.search(r"counts .*streams .*reconciling .*2", out), out
+            assert re.search(r"plain .*consumer .*stable .*1", out), out
+    finally:
+        assert s.terminate() == 0, s.log()
+
+
+COUNT = Topology.of({"count": ["orders"]})
+ALL_TASKS = frozenset(TaskId("count", p) for p in range(4))
+
+
+def _streams_join(c: CoordinatorClient, group: str, member: str, process: str,
+                  topology: Topology) -> StreamsHeartbeatResponse:
+    r = c.streams_heartbeat(StreamsHeartbeatRequest(group, member, 0, process_id=process,
+                                                    rebalance_timeout_ms=30_000, topology=topology))
+    assert r.error is ErrorCode.NONE, r.message
+    return r
+
+
+def _report(c: CoordinatorClient, group: str, member: str, epoch: int, reached: int) -> None:
+    """A heartbeat reporting every task copy of the member's process at ``reached`` on orders."""
+    offsets = {t: {Shard("orders", t.partition): reached} for t in ALL_TASKS}
+    r = c.streams_heartbeat(StreamsHeartbeatRequest(group, member, epoch, task_offsets=offsets))
+    assert r.error is ErrorCode.NONE, r.message

@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import queue
+import re
 import socket
 import subprocess
 import sys
@@ -21,8 +22,11 @@ import pytest
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 
 from regroup.log import LogRecord, PartitionedLog, open_log
+from regroup.protocol.errors import ErrorCode
 from regroup.protocol.messages import OffsetCommitRequest
 from regroup.protocol.shard import Shard
+from regroup.protocol.streams.messages import StreamsHeartbeatRequest, StreamsHeartbeatResponse
+from regroup.protocol.streams.topology import TaskId, Topology
 from regroup.rpc.client import CoordinatorClient
 from tests.coordinator.server_proc import ServerProc, start_server
 from tests.coordinator.test_server import M, settle
@@ -329,5 +333,84 @@ def test_after_a_restart_the_timeline_starts_empty_and_held_partitions_are_not_n
         assert ("m1", "granted") not in [(t["member_id"], t["step"]) for t in body["timeline"]]
         assert [t["step"] for t in body["timeline"] if t["member_id"] == "m1"] == ["revoking", "released"]
         assert body["history"]  # the epoch history is persisted, unlike the timeline
+    finally:
+        assert s.terminate() == 0, s.log()
+
+
+# ----------------------------------------------------------------------------------------- streams groups
+COUNT = Topology.of({"count": ["orders"]})
+
+
+def _streams_beat(c: CoordinatorClient, req: StreamsHeartbeatRequest) -> StreamsHeartbeatResponse:
+    r = c.streams_heartbeat(req)
+    assert r.error is ErrorCode.NONE, r.message
+    return r
+
+
+def _copies_at(reached: int) -> dict[TaskId, dict[Shard, int]]:
+    return {TaskId("count", p): {Shard("orders", p): reached} for p in range(4)}
+
+
+def test_a_streams_group_is_listed_with_its_kind_and_described_as_the_cli_does(tmp_path: Path) -> None:
+    """A streams group on the dashboard's API: listed with its kind, described as `groups describe
+    --json` prints it plus its epoch history (a warm-up catching up is a cause in it, also after a
+    restart) and its timeline; events for it; a group that cannot run says why."""
+    s = start_server(tmp_path / "data", "--log", "static:orders=4", "--standby-replicas", "1",
+                     "--acceptable-recovery-lag", "100", *HTTP)
+    try:
+        status, openapi = get(s, "api/openapi.json")
+        assert status == 200
+        stream = EventStream(s)
+        try:
+            wait_for(lambda: stream.comments, "the stream's first comment")
+            with CoordinatorClient(s.address, timeout_s=10) as c:
+                a = _streams_beat(c, StreamsHeartbeatRequest("sg", "a", 0, process_id="P1",
+                                                             rebalance_timeout_ms=30_000, topology=COUNT))
+                _, data = stream.next_where(lambda name, data: name == "group" and data["group"] == "sg")
+                validate(openapi, "GroupEvent", data)
+                b = _streams_beat(c, StreamsHeartbeatRequest("sg", "b", 0, process_id="P2",
+                                                             rebalance_timeout_ms=30_000, topology=COUNT))
+                committed = {Shard("orders", p): 1000 for p in range(4)}
+                assert c.commit_offsets(OffsetCommitRequest("sg", "a", a.member_epoch, committed)).ok
+                _streams_beat(c, StreamsHeartbeatRequest("sg", "a", a.member_epoch,
+                                                         task_offsets=_copies_at(1000)))
+                _streams_beat(c, StreamsHeartbeatRequest("sg", "b", b.member_epoch,
+                                                         task_offsets=_copies_at(950)))  # caught up
+                _streams_beat(c, StreamsHeartbeatRequest("broken", "x", 0, process_id="P9",
+                                                         rebalance_timeout_ms=30_000,
+                                                         topology=Topology.of({"join": ["clicks"]})))
+        finally:
+            stream.close()
+
+        status, listing = get(s, "api/groups")
+        assert status == 200
+        validate(openapi, "GroupList", listing)
+        rows = {g["group"]: g for g in listing["groups"]}
+        assert rows["sg"]["kind"] == "streams" and rows["sg"]["members"] == 2 and rows["sg"]["lag"] is None
+        assert rows["sg"]["rebalances_last_hour"] >= 3  # two joins, the warm-up caught up
+        assert rows["broken"]["state"] == "not ready"
+
+        status, body = get(s, "api/groups/sg")
+        assert status == 200
+        validate(openapi, "StreamsGroupDetails", body)
+        history, timeline = body.pop("history"), body.pop("timeline")
+        assert body == describe_cli(s, "sg")
+        assert body["kind"] == "streams" and body["ready"] and body["epoch"] == 3
+        assert {m["member_id"]: m["lags"]["count_0"] for m in body["members"]} == {"a": 0, "b": 50}
+        warm = re.compile(r"warm-up of task count_\d on member b caught up")
+        caught = [h for h in history if warm.search(h["cause"])]
+        assert caught and caught[-1]["epoch"] == 3 and caught[-1]["kind"] == "group"
+        assert [(t["member_id"], t["step"]) for t in timeline] == [("a", "joined"), ("b", "joined")]
+
+        status, broken = get(s, "api/groups/broken")
+        assert status == 200
+        validate(openapi, "StreamsGroupDetails", broken)
+        assert not broken["ready"] and any("clicks" in r for r in broken["not_ready_reasons"])
+
+        assert s.terminate() == 0, s.log()
+        s = s.restart()
+        status, again = get(s, "api/groups/sg")
+        assert status == 200 and again["history"] == history  # persisted with the records
+        assert again["timeline"] == [] and all(m["lags"] == {} for m in again["members"])  # soft state
     finally:
         assert s.terminate() == 0, s.log()

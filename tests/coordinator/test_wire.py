@@ -177,3 +177,19 @@ def test_service_table_matches_the_proto(tmp_path: Any) -> None:
         assert registered[m.name].response_streaming == m.server_streaming
         assert registered[m.name].request_streaming == m.client_streaming
     assert hasattr(regroup_pb2_grpc, "CoordinatorStub")
+
+
+def test_list_groups_carries_both_kinds_and_an_old_client_reads_its_consumer_groups() -> None:
+    from regroup.protocol.streams.state import StreamsGroupState
+
+    msg = through_bytes(wire.list_groups_to_pb([("g", GroupState.STABLE, 3)],
+                                               [("counts", "not ready", 1), ("a-streams", "stable", 2)]))
+    rows = wire.list_groups_from_pb(msg)
+    assert rows == [("a-streams", StreamsGroupState.STABLE, 2), ("counts", StreamsGroupState.NOT_READY, 1),
+                    ("g", GroupState.STABLE, 3)]
+    assert [r.kind for r in rows] == ["streams", "streams", "consumer"]
+    # A client older than streams groups reads `groups` only: the consumer groups, as before.
+    assert [g.group_id for g in msg.groups] == ["g"]
+    msg.streams_groups[0].state = 99  # type: ignore[assignment]
+    with pytest.raises(WireError, match="streams group 'counts': unknown streams group state 99"):
+        wire.list_groups_from_pb(msg)

@@ -1,8 +1,10 @@
 """The dashboard in a real browser against a real coordinator: members joining, partitions moving, a
-member killed, all drawn live (no reload) from the event stream, with no console errors.
+member killed, all drawn live (no reload) from the event stream, with no console errors; a streams
+group's tasks by role, a warm-up catching up and taking its task over, and a group that cannot run.
 
 Real consumer processes (``regroup.demo.worker``) for the story of a group; members driven through the
-rpc client where the test must hold a rebalance half-way (a revocation not yet released).
+rpc client where the test must hold a rebalance half-way (a revocation not yet released), and for
+streams members.
 """
 
 from __future__ import annotations
@@ -20,7 +22,12 @@ import pytest
 from playwright.sync_api import Locator, Page, expect
 
 from regroup.log import LogRecord, open_log
+from regroup.protocol.errors import ErrorCode
 from regroup.protocol.messages import OffsetCommitRequest
+from regroup.protocol.shard import Shard
+from regroup.protocol.streams.assignment import MemberTasks
+from regroup.protocol.streams.messages import StreamsHeartbeatRequest, StreamsHeartbeatResponse
+from regroup.protocol.streams.topology import TaskId, Topology
 from regroup.rpc.client import CoordinatorClient
 from tests.coordinator.server_proc import ServerProc, start_server
 from tests.coordinator.test_server import M, settle
@@ -132,7 +139,7 @@ def test_a_group_joins_rebalances_and_loses_a_member_live(cluster: Cluster, tab:
     row = page.locator('#groups tr[data-group="g"]')
     expect(row).to_be_visible(timeout=WAIT_MS)
     a = new_member(cluster, set())
-    members_cell = row.locator("td").nth(2)
+    members_cell = row.locator('td[data-col="members"]')
     expect(members_cell).to_have_text("1", timeout=WAIT_MS)
     row.get_by_role("link", name="g").click()
     expect(page.locator("#group-id")).to_have_text("g")
@@ -179,8 +186,9 @@ def test_a_group_joins_rebalances_and_loses_a_member_live(cluster: Cluster, tab:
 
 @pytest.fixture
 def held_cluster(tmp_path: Path) -> Iterator[Cluster]:
-    """Default (long) sessions: the test's own members beat only when it says so."""
-    c = _cluster(tmp_path)
+    """Default (long) sessions: the test's own members beat only when it says so. Streams groups keep
+    one standby per task, and a copy within 100 records of the commits may take its task over."""
+    c = _cluster(tmp_path, "--standby-replicas", "1", "--acceptable-recovery-lag", "100")
     yield c
     c.server.proc.kill()
     c.server.proc.wait(timeout=10)
@@ -239,10 +247,91 @@ def test_a_rebalance_half_way_shows_revoking_and_waiting(held_cluster: Cluster, 
         m3_owns = page.locator(f'#grid td[data-member="{m3.id}"][data-cell="owned"]')
         expect(m3_owns).to_have_count(len(m3.owned))
         tab.shot("settled")
+
+        _streams_group_live(page, c, tab)
         assert page.evaluate("window.__sameDocument") is True, "the page was reloaded"
         assert tab.errors == []
     finally:
         c.close()
+
+
+COUNT = Topology.of({"count": ["orders"]})
+ALL_TASKS = frozenset(TaskId("count", p) for p in range(PARTITIONS))
+
+
+def _beat(c: CoordinatorClient, member: str, epoch: int, *, reached: int | None = None,
+          owned: MemberTasks | None = None, process: str | None = None, group: str = "counts",
+          topology: Topology | None = None) -> StreamsHeartbeatResponse:
+    """A streams member's heartbeat (a join with ``process``), reporting every task copy of its process
+    at offset ``reached`` of orders when given."""
+    offsets = None if reached is None else {t: {Shard("orders", t.partition): reached} for t in ALL_TASKS}
+    r = c.streams_heartbeat(StreamsHeartbeatRequest(
+        group, member, epoch, process_id=process, rebalance_timeout_ms=30_000 if epoch == 0 else None,
+        topology=COUNT if epoch == 0 and topology is None else topology, owned=owned, task_offsets=offsets))
+    assert r.error is ErrorCode.NONE, r.message
+    return r
+
+
+def _streams_group_live(page: Page, c: CoordinatorClient, tab: Tab) -> None:
+    """A streams group on the same page: listed with its kind, each member's role per task with its
+    copy's lag, a warm-up catching up and taking its task over (live), soft lags re-read; and a streams
+    group that cannot run, with why."""
+    a = _beat(c, "a", 0, process="P1")
+    b = _beat(c, "b", 0, process="P2")
+    assert b.assignment is not None and len(b.assignment.warmup) == 2
+    warming = sorted(str(t) for t in b.assignment.warmup)
+    committed = {Shard("orders", p): 1000 for p in range(PARTITIONS)}
+    assert c.commit_offsets(OffsetCommitRequest("counts", "a", a.member_epoch, committed)).ok
+    a = _beat(c, "a", a.member_epoch, reached=1000)
+    b = _beat(c, "b", b.member_epoch, reached=200)  # P2's copies are 800 behind
+    _beat(c, "x", 0, process="P9", group="broken", topology=Topology.of({"join": ["clicks"]}))
+
+    page.locator(".crumbs a").click()
+    expect(page.locator('#groups tr[data-group="counts"] td[data-col="kind"]')).to_have_text(
+        "streams", timeout=WAIT_MS)
+    expect(page.locator('#groups tr[data-group="orders-app"] td[data-col="kind"]')).to_have_text("consumer")
+    expect(page.locator('#groups tr[data-group="broken"] td[data-col="state"]')).to_have_text("not ready")
+    page.get_by_role("link", name="broken", exact=True).click()
+    expect(page.locator("#not-ready")).to_contain_text("clicks", timeout=WAIT_MS)
+    expect(page.locator("#group-ready")).to_have_text("no")
+    tab.shot("streams-not-ready")
+    page.locator(".crumbs a").click()
+    page.get_by_role("link", name="counts", exact=True).click()
+
+    expect(page.locator("#group-topology")).to_have_text("count ← orders", timeout=WAIT_MS)
+    expect(page.locator('#grid td[data-member="a"][data-cell="active"]')).to_have_count(PARTITIONS)
+    warmups = page.locator('#grid td[data-member="b"][data-cell="warmup"]')
+    expect(warmups).to_have_count(2)
+    for t in warming:
+        expect(page.locator(f'#grid tr[data-task="{t}"] td[data-member="b"]')).to_contain_text(
+            "warm-up · lag 800, takes over at ≤ 100")
+    standbys = page.locator('#grid td[data-member="b"][data-cell="standby"]')
+    expect(standbys).to_have_count(2)
+    expect(standbys.first).to_contain_text("standby · lag 800")
+    expect(page.locator("#members tbody tr")).to_have_count(2)
+    expect(page.locator("#not-ready")).to_have_count(0)
+    expect(page.locator("main")).not_to_contain_text("null")  # nothing left out is drawn as a word
+    tab.shot("streams-warming-up")
+
+    # P2's copies catch up: the epoch moves (live, from the event stream), b awaits its new actives.
+    b = _beat(c, "b", b.member_epoch, reached=950)
+    expect(page.locator("#group-epoch")).to_have_text("3", timeout=WAIT_MS)
+    expect(page.locator('#grid td[data-member="b"][data-cell="warmup awaiting"]')).to_have_count(2)
+    expect(page.locator("#timeline li.bump", has_text="caught up").first).to_be_visible()
+    # a gives the two tasks up (keeping standbys of them), then b takes them over.
+    a = _beat(c, "a", a.member_epoch, owned=MemberTasks(ALL_TASKS))
+    expect(page.locator('#grid td[data-member="a"][data-cell="revoking awaiting"]')).to_have_count(
+        2, timeout=WAIT_MS)
+    a = _beat(c, "a", a.member_epoch, owned=a.assignment)
+    b = _beat(c, "b", b.member_epoch)
+    expect(page.locator("#group-state")).to_have_text("stable", timeout=WAIT_MS)
+    for t in warming:
+        expect(page.locator(f'#grid tr[data-task="{t}"] td[data-member="b"]')).to_have_attribute(
+            "data-cell", "active")
+    # A lag report writes no record and sends no event: the page re-reads it (every 5 s).
+    _beat(c, "b", b.member_epoch, reached=1000)
+    expect(standbys.first).to_contain_text("standby · lag 0", timeout=WAIT_MS)
+    tab.shot("streams-moved")
 
 
 def test_with_a_token_the_link_lets_the_page_in(tmp_path: Path, tab: Tab) -> None:

@@ -3,8 +3,10 @@
 Rules:
 1. Read-only: every route is a GET; nothing here changes a group.
 2. One object per view: a group's JSON is `regroup.rpc.views.group_details_json` (what
-   ``groups describe --json`` prints) plus the feed's timeline; the OpenAPI document
-   (`regroup.coordinator.http.openapi`) describes exactly what these handlers return.
+   ``groups describe --json`` prints) plus the feed's timeline; a streams group's is
+   `regroup.rpc.views.streams_group_json` (what ``groups describe --json`` prints for it) plus its
+   epoch history and the feed's timeline. The OpenAPI document (`regroup.coordinator.http.openapi`)
+   describes exactly what these handlers return.
 3. With a token, every request shows it (``Authorization: Bearer`` or the ``regroup_token`` cookie
    that ``/?token=T`` sets), compared in constant time. Without one the dashboard is open, which the
    server warns about unless it is bound to loopback.
@@ -22,16 +24,17 @@ import mimetypes
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 
 from regroup.coordinator.http.feed import CLOSED, Feed
 from regroup.coordinator.http.openapi import openapi_document
 from regroup.coordinator.service import CoordinatorService, unix_ms
+from regroup.protocol.coordinator import Coordinator
 from regroup.protocol.errors import ErrorCode, ProtocolError
 from regroup.rpc.types import EpochChange, GroupDetails
-from regroup.rpc.views import group_details_json
+from regroup.rpc.views import group_details_json, history_json, streams_group_json
 
 log = logging.getLogger("regroup.coordinator.http")
 
@@ -45,6 +48,7 @@ HOUR_MS = 3_600_000
 GROUP_CACHE_S = 5.0
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+R = TypeVar("R")
 
 
 def _error(status: int, error: str, message: str) -> web.Response:
@@ -125,12 +129,26 @@ class Dashboard:
                             headers={"Cache-Control": "no-cache"})
 
     # ------------------------------------------------------------------ the API
+    async def _read(self, answer: Callable[[Coordinator], R]) -> R:
+        """A read through the runtime's door, answered once the state it shows is durable."""
+        eff = self.service.runtime.read(answer)
+        await self.service.store.durable(eff.durable_seq)
+        return eff.response
+
     async def groups(self, _request: web.Request) -> web.StreamResponse:
         since = unix_ms() - HOUR_MS
         history = self.service.history
-        rows = [{"group": g.group_id, "state": g.state, "epoch": g.epoch, "members": g.members, "lag": g.lag,
+        rows = [{"group": g.group_id, "kind": "consumer", "state": g.state, "epoch": g.epoch,
+                 "members": g.members, "lag": g.lag,
                  "rebalances_last_hour": rebalances_since(history.of(g.group_id), since)}
                 for g in await self.service.group_summaries()]
+        streams = await self._read(lambda c: [(gid, g.state.value, g.epoch, len(g.members))
+                                              for gid, g in sorted(c.streams.groups.items())])
+        # A streams group's lag is per task copy, on its page; no total here.
+        rows += [{"group": gid, "kind": "streams", "state": state, "epoch": epoch, "members": members,
+                  "lag": None, "rebalances_last_hour": rebalances_since(history.of(gid), since)}
+                 for gid, state, epoch, members in streams]
+        rows.sort(key=lambda r: str(r["group"]))
         return web.json_response({"groups": rows})
 
     async def group(self, request: web.Request) -> web.StreamResponse:
@@ -140,16 +158,26 @@ class Dashboard:
         if built is not None and built[0] == tail and time.monotonic() - built[1] < GROUP_CACHE_S:
             return web.Response(body=built[2], content_type="application/json")
         try:
-            details = await self.service.group_details(gid)
+            if self.service.runtime.read(lambda c: gid in c.streams.groups).response:
+                raw = await self._streams_group(gid)
+            else:
+                raw = _encode(await self.service.group_details(gid), self.feed.timeline(gid))
         except ProtocolError as e:
             status = 404 if e.code is ErrorCode.GROUP_ID_NOT_FOUND else 400
             return _error(status, e.code.value, e.message)
-        raw = _encode(details, self.feed.timeline(gid))
         if self.service.store.tail == tail:  # nothing was written while the log was asked for its ends
             if len(self._built) >= 1_000:
                 self._built.clear()
             self._built[gid] = (tail, time.monotonic(), raw)
         return web.Response(body=raw, content_type="application/json")
+
+    async def _streams_group(self, gid: str) -> bytes:
+        """What ``groups describe GROUP --json`` prints for a streams group, with its epoch history
+        and timeline; ProtocolError as the core raises it (deleted meanwhile: GROUP_ID_NOT_FOUND)."""
+        body = streams_group_json(await self._read(lambda c: c.describe_streams_group(gid)))
+        body["history"] = history_json(self.service.history.of(gid))
+        body["timeline"] = self.feed.timeline(gid)
+        return json.dumps(body).encode()
 
     async def openapi(self, _request: web.Request) -> web.StreamResponse:
         return web.json_response(openapi_document())

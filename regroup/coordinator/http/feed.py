@@ -7,7 +7,9 @@ Rules:
    `min_interval_s` for all groups together (so at most ~4 per second per group).
 2. The timeline is derived from what the core reported, never guessed: joined/left from the causes
    of a group epoch bump, fenced from the step's fences, revoking/released/granted from each
-   member's current-assignment record compared with the previous one kept here.
+   member's current-assignment record compared with the previous one kept here. A streams group's
+   timeline has the first three only (its epoch history, with causes such as a warm-up caught up,
+   comes from the service's history like a consumer group's): task hand-offs are not followed here.
 3. Hand-off durations: a "released" step measures from the revocation request of its partitions to
    their release; a "granted" step from the release by the previous owner (or its fence or leave) to
    the grant. A step that moves several partitions at once reports the slowest of them.

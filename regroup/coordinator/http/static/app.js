@@ -1,10 +1,14 @@
 // The regroup dashboard: two views over the coordinator's read-only JSON API, kept live by /api/events.
+// A group's view is a consumer group's (partitions × members) or a streams group's (tasks × members,
+// each cell the member's role: active, standby, warm-up with its lag).
 //
 // Rules:
 // 1. The coordinator is the truth: a view is drawn from one fetch of its JSON, whole. An event only
 //    says "fetch again"; the page never patches what it shows from an event's payload.
 // 2. At most one fetch in flight; events that arrive meanwhile collapse into one more fetch after it.
-// 3. Polling is only the fallback while the event stream is down, and never faster than every 5 s.
+// 3. Polling is only the fallback while the event stream is down, and never faster than every 5 s —
+//    except on a streams group's view, which also re-reads every 5 s: its task copies' lags are soft
+//    state that moves without any record written, so no event announces them.
 // 4. Text reaches the DOM as text, never as HTML: group and member ids are whatever clients sent.
 // 5. Nothing is told by colour alone: every state also has its word (and a symbol in the grid).
 "use strict";
@@ -21,6 +25,12 @@
     revoking: { symbol: "◐", hint: "told to give it up; has not released it yet" },
     awaiting: { symbol: "○", hint: "assigned; waits for the previous owner to release it" },
   };
+  // A streams task's roles; revoking and awaiting as above, naming the role.
+  const ROLE = {
+    active: { symbol: "●", word: "active", hint: "processes the task" },
+    standby: { symbol: "◑", word: "standby", hint: "keeps a copy of the task's state, for a fast fail-over" },
+    warmup: { symbol: "◔", word: "warm-up", hint: "restores the task's state before taking the task over" },
+  };
   const STEP = {
     joined: "joined", left: "left", fenced: "fenced", revoking: "revoking", released: "released",
     granted: "granted",
@@ -32,6 +42,7 @@
   let loading = false;
   let again = false;
   let pollTimer = null;
+  let softTimer = null;
 
   // ------------------------------------------------------------------ DOM helpers
   function h(tag, attrs, ...children) {
@@ -138,6 +149,8 @@
       const msg = res.body && res.body.message ? res.body.message : `HTTP ${res.status}`;
       showProblem(forRoute.kind === "group" ? `No group ${JSON.stringify(forRoute.id)}: ${msg}` : msg);
     } else {
+      if (forRoute.kind === "group" && res.body.kind === "streams") startSoftPoll();
+      else stopSoftPoll();
       try {
         draw(forRoute.kind === "group" ? groupView(res.body) : groupsView(res.body.groups));
       } catch (e) {
@@ -177,19 +190,24 @@
 
   // ------------------------------------------------------------------ the groups view
   function groupsView(groups) {
-    const rows = groups.map((g) => h("tr", { "data-group": g.group },
+    const rows = groups.map((g) => h("tr", { "data-group": g.group, "data-kind": g.kind },
       h("th", { scope: "row" }, h("a", { href: groupHref(g.group) }, g.group)),
-      h("td", {}, badge(g.state, g.state)),
-      h("td", { class: "n" }, num(g.epoch)),
-      h("td", { class: "n" }, num(g.members)),
-      h("td", { class: "n" }, num(g.lag)),
-      h("td", { class: "n" }, num(g.rebalances_last_hour))));
+      h("td", { "data-col": "kind" }, g.kind),
+      h("td", { "data-col": "state" }, badge(g.state, g.state)),
+      h("td", { class: "n", "data-col": "epoch" }, num(g.epoch)),
+      h("td", { class: "n", "data-col": "members" }, num(g.members)),
+      h("td", { class: "n", "data-col": "lag" }, g.kind === "streams"
+        ? h("span", { class: "muted", title: "a streams group's lag is per task copy: see its page" },
+          "per task")
+        : num(g.lag)),
+      h("td", { class: "n", "data-col": "rebalances" }, num(g.rebalances_last_hour))));
     return [
-      h("h1", {}, "Consumer groups"),
+      h("h1", {}, "Groups"),
       groups.length === 0
         ? h("p", { class: "muted", id: "no-groups" }, "No groups yet: they appear here when a member joins.")
-        : table("Every group this coordinator owns", ["Group", "State", col("Epoch", true),
-          col("Members", true), col("Total lag", true), col("Rebalances (last hour)", true)], rows, { id: "groups" }),
+        : table("Every group this coordinator owns: consumer groups and streams groups", ["Group", "Kind",
+          "State", col("Epoch", true), col("Members", true), col("Total lag", true),
+          col("Rebalances (last hour)", true)], rows, { id: "groups" }),
       updated(),
     ];
   }
@@ -206,8 +224,7 @@
     return ta < tb ? -1 : ta > tb ? 1 : pa - pb;
   }
 
-  // What one member holds of one partition. Streams roles (active, standby, warm-up with its lag) and
-  // key ranges are further marks of the same cell when the coordinator reports them.
+  // What one member holds of one partition. Key ranges will be further marks of the same cell.
   function marksOf(member, partition) {
     if (member.pending_revocation.includes(partition)) return ["revoking"];
     if (member.assigned.includes(partition)) return ["owned"];
@@ -265,8 +282,7 @@
         : table("Partitions × members, with each partition's offsets", head, rows, { id: "grid" }),
       h("p", { class: "legend" },
         ...Object.entries(CELL).map(([k, c]) => h("span", {}, h("span", { "aria-hidden": "true" }, c.symbol),
-          ` ${k}: ${c.hint}. `)),
-        "Streams roles (active, standby, warm-up with its lag) and key ranges will show in the same cells."));
+          ` ${k}: ${c.hint}. `))));
   }
 
   function stepText(s) {
@@ -279,7 +295,12 @@
     return `${parts}${handoff}`;
   }
 
-  function timeline(g) {
+  const TIMELINE_NOTE = "Newest first. Each epoch bump with its cause; each member's steps " +
+    "(revoking → released → granted) with how long each hand-off took.";
+  const STREAMS_TIMELINE_NOTE = "Newest first. Each epoch bump with its cause (a warm-up catching up is " +
+    "one); members joining, leaving and fenced.";
+
+  function timeline(g, note) {
     const items = [
       ...g.history.map((e) => ({ at: e.at_unix_ms, bump: e })),
       ...g.timeline.map((s) => ({ at: s.at_unix_ms, step: s })),
@@ -301,8 +322,7 @@
     });
     return h("section", { "aria-labelledby": "timeline-h", class: "timeline-section" },
       h("h2", { id: "timeline-h" }, "Epoch history and hand-offs"),
-      h("p", { class: "muted" }, "Newest first. Each epoch bump with its cause; each member's steps " +
-        "(revoking → released → granted) with how long each hand-off took."),
+      h("p", { class: "muted" }, note || TIMELINE_NOTE),
       lis.length === 0 ? h("p", { class: "muted" }, "Nothing yet.")
         : h("ol", { id: "timeline", class: "timeline", reversed: true, "data-keep-scroll": "timeline" }, lis));
   }
@@ -314,6 +334,7 @@
   }
 
   function groupView(g) {
+    if (g.kind === "streams") return streamsGroupView(g);
     const lag = g.offsets.some((o) => o.lag !== null)
       ? g.offsets.reduce((acc, o) => acc + (o.lag || 0), 0) : null;
     const summary = h("dl", { class: "summary" },
@@ -334,6 +355,140 @@
     ];
   }
 
+  // ------------------------------------------------------------------ the streams group view
+  // Tasks are spelled subtopology_partition (Kafka's spelling); the partition follows the last "_".
+  function byTask(a, b) {
+    const ia = a.lastIndexOf("_");
+    const ib = b.lastIndexOf("_");
+    const sa = a.slice(0, ia);
+    const sb = b.slice(0, ib);
+    return sa < sb ? -1 : sa > sb ? 1 : Number(a.slice(ia + 1)) - Number(b.slice(ib + 1));
+  }
+
+  const ROLES = ["active", "standby", "warmup"];
+
+  function tasksOf(t) {
+    return ROLES.flatMap((r) => t[r]);
+  }
+
+  function fmt(n) {
+    return Number(n).toLocaleString("en-US");
+  }
+
+  // What one member does with one task: [{ key, symbol, text, hint }], its current roles first.
+  function rolesOf(m, task) {
+    const marks = [];
+    const lag = m.lags[task];
+    const warm = m.warmups.find((w) => w.task === task);
+    for (const r of ROLES) {
+      if (!m.assigned[r].includes(task)) continue;
+      let text = ROLE[r].word;
+      if (r === "warmup" && warm) {
+        text += warm.lag === null ? " · no report yet"
+          : warm.caught_up ? ` · caught up (lag ${fmt(warm.lag)} ≤ ${fmt(warm.acceptable_lag)})`
+            : ` · lag ${fmt(warm.lag)}, takes over at ≤ ${fmt(warm.acceptable_lag)}`;
+      } else if (r !== "active" && lag !== undefined) {
+        text += ` · lag ${fmt(lag)}`;
+      }
+      marks.push({ key: r, symbol: ROLE[r].symbol, text, hint: ROLE[r].hint });
+    }
+    for (const r of ROLES) {
+      if (m.pending_revocation[r].includes(task)) {
+        marks.push({ key: "revoking", symbol: CELL.revoking.symbol, text: `revoking ${ROLE[r].word}`,
+          hint: CELL.revoking.hint });
+      }
+    }
+    for (const r of ROLES) {
+      if (m.target[r].includes(task) && !m.assigned[r].includes(task)) {
+        marks.push({ key: "awaiting", symbol: CELL.awaiting.symbol, text: `awaiting ${ROLE[r].word}`,
+          hint: "in the member's target, not given to it yet: the previous holder lets go first" });
+      }
+    }
+    return marks;
+  }
+
+  function streamsMembersTable(g) {
+    const count = (m, r) => num(m.assigned[r].length);
+    const rows = g.members.map((m) => h("tr", { "data-member": m.member_id },
+      h("th", { scope: "row", class: "id" }, m.member_id),
+      h("td", {}, m.instance_id || h("span", { class: "muted" }, "—")),
+      h("td", { class: "id" }, m.process_id),
+      h("td", { class: "n" }, num(m.epoch)),
+      h("td", {}, badge(m.state, MEMBER_STATE[m.state] || m.state)),
+      h("td", { class: "n" }, count(m, "active")),
+      h("td", { class: "n" }, count(m, "standby")),
+      h("td", { class: "n" }, count(m, "warmup"))));
+    return h("section", { "aria-labelledby": "members-h" },
+      h("h2", { id: "members-h" }, `Members (${g.members.length})`),
+      g.members.length === 0 ? h("p", { class: "muted" }, "No members.")
+        : table("Members: their process and how many tasks they hold in each role",
+          ["Member", "Instance", "Process", col("Epoch", true), "State", col("Active", true),
+            col("Standby", true), col("Warm-up", true)], rows, { id: "members" }));
+  }
+
+  function taskGrid(g) {
+    const all = new Set();
+    for (const m of g.members) {
+      for (const t of [...tasksOf(m.assigned), ...tasksOf(m.pending_revocation), ...tasksOf(m.target),
+        ...Object.keys(m.lags)]) all.add(t);
+    }
+    const tasks = [...all].sort(byTask);
+    const label = (m) => `${memberLabel(m)} · ${m.process_id}`;
+    const head = [col("Task"),
+      ...g.members.map((m) => h("th", { scope: "col", class: "member", title: label(m) }, label(m)))];
+    const rows = tasks.map((t) => h("tr", { "data-task": t },
+      h("th", { scope: "row" }, t),
+      g.members.map((m) => {
+        const marks = rolesOf(m, t);
+        const keys = marks.map((k) => k.key).join(" ") || null;
+        return h("td", { class: "cell", "data-member": m.member_id, "data-cell": keys },
+          marks.map((k, i) => h("span", { class: "mark", title: k.hint },
+            i > 0 ? h("br") : null, h("span", { "aria-hidden": "true" }, k.symbol), ` ${k.text}`)));
+      })));
+    return h("section", { "aria-labelledby": "assignment-h" },
+      h("h2", { id: "assignment-h" }, "Tasks"),
+      tasks.length === 0 ? h("p", { class: "muted" }, "No tasks assigned or reported yet.")
+        : table("Tasks × members: each member's role in each task, with its process's copy's lag behind " +
+          "the committed offsets", head, rows, { id: "grid" }),
+      h("p", { class: "legend" },
+        ...ROLES.map((r) => h("span", {}, h("span", { "aria-hidden": "true" }, ROLE[r].symbol),
+          ` ${ROLE[r].word}: ${ROLE[r].hint}. `)),
+        h("span", {}, h("span", { "aria-hidden": "true" }, CELL.revoking.symbol),
+          ` revoking: ${CELL.revoking.hint}. `),
+        h("span", {}, h("span", { "aria-hidden": "true" }, CELL.awaiting.symbol),
+          " awaiting: in the member's target, not yet given to it. "),
+        "Lags are what the processes last reported; they are not kept across a coordinator restart."));
+  }
+
+  function topologyText(topology) {
+    const subs = Object.keys(topology).sort();
+    return subs.length === 0 ? "— (no member sent one yet)"
+      : subs.map((s) => `${s} ← ${topology[s].join(", ")}`).join("; ");
+  }
+
+  function streamsGroupView(g) {
+    const summary = h("dl", { class: "summary" },
+      h("div", {}, h("dt", {}, "Kind"), h("dd", {}, "streams group")),
+      h("div", {}, h("dt", {}, "State"), h("dd", { id: "group-state" }, badge(g.state, g.state))),
+      h("div", {}, h("dt", {}, "Epoch"), h("dd", { id: "group-epoch" }, String(g.epoch))),
+      h("div", {}, h("dt", {}, "Target epoch"), h("dd", {}, String(g.target_epoch))),
+      h("div", {}, h("dt", {}, "Ready"), h("dd", { id: "group-ready" }, g.ready ? "yes" : "no")),
+      h("div", {}, h("dt", {}, "Topology"), h("dd", { id: "group-topology" }, topologyText(g.topology))));
+    const notReady = g.ready ? null : h("div", { class: "problem", id: "not-ready" },
+      h("strong", {}, "Not ready: nothing is assigned until the topics fit the topology."),
+      h("ul", {}, g.not_ready_reasons.map((r) => h("li", {}, r))));
+    return [
+      h("p", { class: "crumbs" }, h("a", { href: "#/" }, "Groups"), " / "),
+      h("h1", {}, "Streams group ", h("span", { class: "id", id: "group-id" }, g.group)),
+      summary,
+      ...(notReady ? [notReady] : []),
+      h("div", { class: "columns" },
+        h("div", {}, streamsMembersTable(g), taskGrid(g)),
+        timeline({ history: g.history || [], timeline: g.timeline || [] }, STREAMS_TIMELINE_NOTE)),
+      updated(),
+    ];
+  }
+
   // ------------------------------------------------------------------ live updates
   function setLive(state, text) {
     live.dataset.live = state;
@@ -347,6 +502,16 @@
   function stopFallbackPoll() {
     if (pollTimer !== null) clearInterval(pollTimer);
     pollTimer = null;
+  }
+
+  // Rule 3's exception: a streams group's view re-reads its soft lags.
+  function startSoftPoll() {
+    if (softTimer === null) softTimer = setInterval(refresh, FALLBACK_POLL_MS);
+  }
+
+  function stopSoftPoll() {
+    if (softTimer !== null) clearInterval(softTimer);
+    softTimer = null;
   }
 
   function connect() {
@@ -380,6 +545,7 @@
 
   window.addEventListener("hashchange", () => {
     route = parseRoute();
+    stopSoftPoll();
     view.replaceChildren(h("p", { class: "muted" }, "Loading…"));
     refresh().then(() => view.focus({ preventScroll: true }));
   });
