@@ -50,7 +50,7 @@ from regroup.protocol.streams.topology import TaskId, Topology
 from regroup.rpc.client import CoordinatorClient
 from regroup.streams.changelog import changelog_topic, format_commit_metadata, resume_point
 from regroup.streams.errors import StateStoreError
-from regroup.streams.membership import StreamsMembership
+from regroup.client.streams_membership import StreamsMembership
 from regroup.streams.store import TaskStore
 
 __all__ = ["ProcessFn", "StreamsApp", "StreamsError", "TaskContext"]

@@ -1,6 +1,7 @@
 """A streams member's session with the coordinator: `Session` with the streams heartbeat and reports.
 
-The owner (`regroup.streams.app`'s processing loop) takes the actions (`StopTasks`, `StartTasks`,
+Shared by the two streams runtimes, `regroup.streams.app` (plain Python) and `regroup.spark.tasks`
+(one Spark query per task). The owner's processing loop takes the actions (`StopTasks`, `StartTasks`,
 `LostTasks`, `Fatal`) between batches, and reports back with `tasks_stopped` / `tasks_started`
 and, now and then, `report_offsets` — how far every local copy of a task has got. Nothing here
 decides anything: `regroup.protocol.streams.member` does.

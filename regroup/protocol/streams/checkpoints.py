@@ -1,0 +1,195 @@
+"""Task checkpoints: how a task whose state is a Spark query's checkpoint moves between members.
+
+A Spark member of a streams group runs one Structured Streaming query per task it holds; the
+query's checkpoint directory *is* the task's state. Several copies of one task's checkpoint exist
+(the active's, a warm-up's, a standby's, old ones left on disk), so the group must know which one
+is the task's state of record. These are the rules, pure (the Spark shell, `regroup.spark.tasks`,
+does the file copies and runs the queries):
+
+1. **The commit names the checkpoint of record.** An active commits a batch's end offsets to the
+   coordinator with metadata naming its checkpoint directory and the batch id (`CheckpointRecord`).
+   The coordinator keeps the metadata with the offsets and fences it by epoch like the offsets, so
+   the checkpoint of record is always the one whose batch produced the committed offsets. A zombie
+   keeps writing its own directory; nobody reads it.
+2. **Every copy is its own directory.** A member never runs a query on a directory it did not
+   create: to start from another member's checkpoint it copies *the batch of record* (the offset
+   and commit logs up to that batch, the state versions that batch left) into a new directory of
+   its own. Two queries therefore never write one directory, whatever the timing.
+3. **Where a task starts** (`plan_start`), in this order: a copy already running here that has not
+   read past the committed offsets is promoted in place (a warm-up or standby taking over); the
+   checkpoint of record when it is this process's own directory is resumed in place (a static
+   restart restores nothing and copies nothing); otherwise the batch of record is copied (a cold
+   move, or a new warm-up or standby); with no checkpoint of record the query starts fresh at the
+   committed offsets (after an operator's reset), or at the log's start.
+4. **A copy never reads past the committed offsets.** A warm-up or standby is given the task's
+   committed offsets as its limit (refreshed as the active commits), so whatever it has processed is
+   final. It has caught up when it has processed exactly up to them (`caught_up`).
+5. **The sink is switched on exactly at the commit.** A promoted copy may be behind the commit it
+   takes over from: it keeps its limit at that commit, and only batches that start at or after it
+   produce output (`sink_on`); every record before it already produced its output at the old
+   active. Batch ids continue from the copied version, so after a promotion they can repeat ids the
+   old active used after the copy was taken: output is keyed by the batch's offset range
+   (`batch_key`), which cannot repeat for different records of one task.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+
+from regroup.protocol.shard import Shard
+
+__all__ = [
+    "CHECKPOINT_METADATA_PREFIX",
+    "CheckpointRecord",
+    "LocalCopy",
+    "StartFrom",
+    "StartPlan",
+    "batch_key",
+    "caught_up",
+    "checkpoint_directory",
+    "directory_owner",
+    "format_record",
+    "latest_record",
+    "parse_record",
+    "plan_start",
+    "sink_on",
+    "state_file_version",
+]
+
+#: Prefix of the offset-commit metadata a Spark task query writes (versioned: a reader refuses others).
+CHECKPOINT_METADATA_PREFIX = "regroup-spark-checkpoint:1:"
+
+Offsets = Mapping[Shard, int]
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRecord:
+    """The checkpoint of record of a task (rule 1): ``directory`` (relative to the state root) and
+    the last batch whose end offsets were committed from it."""
+
+    directory: str
+    batch: int
+
+    def __post_init__(self) -> None:
+        if not self.directory or self.directory.startswith("/") or ".." in self.directory.split("/"):
+            raise ValueError(f"a checkpoint of record is a path in the state root, got {self.directory!r}")
+        if isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 0:
+            raise ValueError(f"a checkpoint of record names a batch id >= 0, got {self.batch!r}")
+
+
+def format_record(record: CheckpointRecord) -> str:
+    return CHECKPOINT_METADATA_PREFIX + json.dumps({"dir": record.directory, "batch": record.batch},
+                                                   separators=(",", ":"), sort_keys=True)
+
+
+def parse_record(metadata: str) -> CheckpointRecord | None:
+    """The record in a commit's metadata; None when the commit names none (an operator's reset, a
+    commit by another kind of member). Metadata that claims to be a record but is malformed raises
+    ValueError: silently starting from empty state would lose it."""
+    if not metadata.startswith(CHECKPOINT_METADATA_PREFIX):
+        return None
+    try:
+        raw = json.loads(metadata[len(CHECKPOINT_METADATA_PREFIX):])
+        return CheckpointRecord(str(raw["dir"]), raw["batch"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"malformed checkpoint record in the commit metadata {metadata!r}: {e}") from None
+
+
+def latest_record(metadata: list[str]) -> CheckpointRecord | None:
+    """The record of a task from the metadata of its source partitions' commits: an active commits
+    all of them in one request, so they agree; the highest batch covers a commit that reached only
+    some of them."""
+    found = [r for r in map(parse_record, metadata) if r is not None]
+    if not found:
+        return None
+    return max(found, key=lambda r: (r.batch, r.directory))
+
+
+@dataclass(frozen=True, slots=True)
+class LocalCopy:
+    """A copy of the task's checkpoint on this member: its directory and the end offsets of the
+    last batch it completed (empty before its first batch: then it is where it started)."""
+
+    directory: str
+    ends: Offsets
+    running: bool
+
+
+class StartFrom(Enum):
+    PROMOTE = "promoted"  # a running copy here takes over in place (rule 3, first case)
+    RESUME = "resumed"   # the checkpoint of record is ours: run it in place
+    COPY = "copied"      # copy the batch of record into a new directory of ours
+    FRESH = "fresh"      # no checkpoint: empty state at the committed offsets (or the log's start)
+
+
+@dataclass(frozen=True, slots=True)
+class StartPlan:
+    how: StartFrom
+    #: The directory to run (PROMOTE, RESUME) or to copy from (COPY); None for FRESH.
+    directory: str | None = None
+    #: COPY: the batch of record to copy.
+    batch: int | None = None
+    #: FRESH: where each source partition begins (absent: the log's start).
+    begin: Offsets | None = None
+
+
+def plan_start(*, committed: Offsets, record: CheckpointRecord | None, process_id: str,
+               local: LocalCopy | None) -> StartPlan:
+    """Rule 3, for an active or a copy alike. ``local`` is the copy already running or parked on
+    this process, if any."""
+    if local is not None and local.running and not _ahead(local.ends, committed):
+        return StartPlan(StartFrom.PROMOTE, local.directory)
+    if record is not None and directory_owner(record.directory) == process_id:
+        return StartPlan(StartFrom.RESUME, record.directory)
+    if record is not None:
+        return StartPlan(StartFrom.COPY, record.directory, record.batch)
+    return StartPlan(StartFrom.FRESH, begin=dict(committed))
+
+
+def checkpoint_directory(task: str, process_id: str, generation: int) -> str:
+    """Where process ``process_id`` keeps its ``generation``-th copy of ``task`` (under the root)."""
+    return f"tasks/{task}/{process_id}.{generation}"
+
+
+def directory_owner(directory: str) -> str:
+    """The process a checkpoint directory belongs to (see `checkpoint_directory`)."""
+    return directory.rsplit("/", 1)[-1].split(".", 1)[0]
+
+
+def _ahead(ends: Offsets, committed: Offsets) -> bool:
+    return any(o > committed.get(s, 0) for s, o in ends.items())
+
+
+def caught_up(ends: Offsets, committed: Offsets) -> bool:
+    """Rule 4: a copy has processed exactly up to the committed offsets (nothing committed: yes)."""
+    return all(ends.get(s, 0) == o for s, o in committed.items())
+
+
+def sink_on(start: Offsets, sink_from: Offsets | None) -> bool:
+    """Rule 5: whether a batch starting at ``start`` produces output (``sink_from`` None: a copy)."""
+    if sink_from is None:
+        return False
+    return all(start.get(s, 0) >= o for s, o in sink_from.items())
+
+
+def batch_key(task: str, start: Offsets, end: Offsets) -> str:
+    """The batch's idempotency key (rule 5): the task and the offset range it covers, for example
+    ``count_3:orders/3@120-180``. Two batches of one task with the same key read the same records."""
+    shards = sorted(set(start) | set(end))
+    return task + ":" + ",".join(f"{s.topic}/{s.partition}@{start.get(s, 0)}-{end.get(s, 0)}" for s in shards)
+
+
+_VERSIONED = re.compile(r"^\.?(\d+)\.(changelog|zip|delta|snapshot)(\.crc)?$")
+
+
+def state_file_version(name: str) -> int | None:
+    """The state version a state-store file holds (``12.changelog``, ``12.zip``, ``12.delta``,
+    ``12.snapshot`` and their ``.crc``), or None for files that are not per version (schemas, SST
+    files shared by versions). A copy of batch ``b`` keeps versions up to ``b + 1`` (Spark's state
+    version of a batch is its id plus one)."""
+    m = _VERSIONED.match(name)
+    return int(m.group(1)) if m else None

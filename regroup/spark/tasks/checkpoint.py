@@ -1,0 +1,137 @@
+"""File work on Spark checkpoints for task queries: copy the batch of record, read batches' offsets.
+
+Rule 2 of `regroup.protocol.streams.checkpoints`: a member runs a query only on a directory it
+created, so moving a task's state is copying one batch of its checkpoint into a new directory:
+
+* the offset log and the commit log up to that batch (Spark re-runs a batch whose offsets are
+  logged but not committed, from the same offsets: that is how a batch interrupted by a crash is
+  finished by the next owner);
+* the state-store files of the versions that batch can need (a batch's state version is its id
+  plus one; newer versions, written by batches the coordinator has not accepted, are left out);
+* everything that is not per batch or per version (the query's metadata, with a new query id so
+  that two copies can run in one Spark application; state schemas; RocksDB's shared SST files).
+
+Spark writes every file of a checkpoint by renaming a finished temporary file, and removes old
+versions in the background; a file that vanishes during the copy makes the copy start again.
+Only a filesystem path is supported as the state root (a local directory, or a shared filesystem
+mounted on every member); object stores and HDFS would need Hadoop's FileSystem API here.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from pathlib import Path
+
+from regroup.protocol.microbatch import parse_shard_key
+from regroup.protocol.shard import Shard
+from regroup.protocol.streams.checkpoints import state_file_version
+
+__all__ = ["CheckpointError", "batch_ends", "copy_batch", "last_committed_batch"]
+
+_COPY_ATTEMPTS = 5
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint cannot be read or copied (missing, corrupt, or written by another source)."""
+
+
+def _batch_ids(log_dir: Path) -> list[int]:
+    if not log_dir.is_dir():
+        return []
+    return sorted(int(p.name) for p in log_dir.iterdir() if p.name.isdigit())
+
+
+def last_committed_batch(checkpoint: Path) -> int | None:
+    """The last batch Spark finished (its commit log), or None before the first one."""
+    ids = _batch_ids(checkpoint / "commits")
+    return ids[-1] if ids else None
+
+
+def batch_ends(checkpoint: Path, batch: int) -> dict[Shard, int] | None:
+    """The end offsets the task source logged for ``batch`` (None if the batch is not logged).
+
+    An offset-log file is ``v1``, a line of batch metadata, then one line per source: ours is the
+    JSON `regroup.spark.tasks.source` returns from ``latestOffset``."""
+    path = checkpoint / "offsets" / str(batch)
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return None
+    if len(lines) < 3 or not lines[0].startswith("v"):
+        raise CheckpointError(f"{path} is not a Spark offset log entry")
+    try:
+        raw = json.loads(lines[2])
+        if isinstance(raw, str):  # Python data sources' offsets are logged as a JSON string
+            raw = json.loads(raw)
+        return {parse_shard_key(k): int(v) for k, v in raw["ends"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise CheckpointError(f"{path}: the task source's offset is unreadable ({e}); "
+                              "was this checkpoint written by another query?") from None
+
+
+def copy_batch(source: Path, target: Path, batch: int) -> None:
+    """Copy ``batch`` of the checkpoint at ``source`` into the new directory ``target`` (see the
+    module docstring). ``target`` must not exist; it appears only complete (renamed into place)."""
+    if target.exists():
+        raise CheckpointError(f"cannot copy a checkpoint into {target}: it exists")
+    if not (source / "offsets" / str(batch)).exists():
+        raise CheckpointError(f"{source} has no batch {batch} in its offset log (removed already, or "
+                              "not this task's checkpoint)")
+    temporary = target.with_name(target.name + ".copying")
+    for attempt in range(_COPY_ATTEMPTS):
+        shutil.rmtree(temporary, ignore_errors=True)
+        try:
+            _copy_once(source, temporary, batch)
+        except FileNotFoundError:
+            if attempt == _COPY_ATTEMPTS - 1:
+                raise CheckpointError(f"{source} kept changing while it was copied "
+                                      f"({_COPY_ATTEMPTS} attempts)") from None
+            continue
+        temporary.rename(target)
+        return
+
+
+def _copy_once(source: Path, target: Path, batch: int) -> None:
+    committed = [b for b in _batch_ids(source / "commits") if b <= batch]
+    newest_version = (committed[-1] + 1) if committed else 0
+    for path in sorted(source.rglob("*")):
+        rel = path.relative_to(source)
+        if path.is_dir():
+            continue
+        if not _wanted(rel, batch, newest_version):
+            continue
+        out = target / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if rel == Path("metadata"):
+            _write_metadata(path, out)
+        else:
+            shutil.copy2(path, out)
+    for log in ("offsets", "commits"):
+        (target / log).mkdir(parents=True, exist_ok=True)
+
+
+def _wanted(rel: Path, batch: int, newest_version: int) -> bool:
+    name = rel.name
+    if name.endswith(".tmp") or ".tmp." in name or (name.startswith(".") and name.endswith(".tmp.crc")):
+        return False  # Spark's temporary files: not written completely
+    if rel.parts[0] in ("offsets", "commits") and len(rel.parts) == 2:
+        bare = name[1:-4] if name.startswith(".") and name.endswith(".crc") else name
+        return not bare.isdigit() or int(bare) <= batch
+    if rel.parts[0] == "metadata" or name == ".metadata.crc":
+        return name == "metadata"  # rewritten (new id): its old checksum would not match
+    if rel.parts[0] == "state":
+        version = state_file_version(name)
+        return version is None or version <= newest_version
+    return True
+
+
+def _write_metadata(path: Path, out: Path) -> None:
+    """The query's metadata with a new query id (Spark refuses two active queries with one id)."""
+    try:
+        meta = json.loads(path.read_text())
+    except ValueError as e:
+        raise CheckpointError(f"{path} is not a Spark checkpoint's metadata: {e}") from None
+    meta["id"] = str(uuid.uuid4())
+    out.write_text(json.dumps(meta))

@@ -1,0 +1,552 @@
+"""`StreamsPipeline`: a Spark application as one member of a streams group, running one Structured
+Streaming query per task it holds; the query's checkpoint is the task's state.
+
+Rules of this module (the shell: the decisions are `regroup.protocol.streams.member`'s — what to
+run in which role — and `regroup.protocol.streams.checkpoints`' — where a task starts, when its sink
+is on, which checkpoint is of record):
+
+1. One control thread carries out the member's actions, in order; the session's threads only
+   heartbeat. Spark runs the queries; each query's ``foreachBatch`` (on Spark's callback thread)
+   runs the user's sink and commits.
+2. An active's batch, in this order: the batch runs (Spark updates the state store), the user's
+   sink gets it if its sink is on, then the batch's end offsets are committed at the coordinator
+   with metadata naming this checkpoint directory and the batch id, then Spark logs the batch as
+   committed. A crash anywhere in between makes the next owner run that batch again, from the
+   same offsets (the checkpoint's offset log), with the same idempotency key.
+3. A copy (warm-up, standby) runs the same pipeline with its sink off and never reads past the
+   committed offsets, refreshed every ``refresh_ms``; its progress is reported as the task's
+   offsets, urgently when a warm-up has caught up, so that the coordinator promotes it at once.
+4. Stopping an active is clean: its reader is gated (it plans no further batch), the member waits
+   until the reader has obeyed — then the last batch has finished and committed — and only then
+   stops the query. A copy told to stop is parked (kept running, its limit frozen) for
+   ``park_ms``, because a promotion is a stop of the copy followed by a start of the active; a
+   parked copy that is not taken back is stopped and stays on disk, reported as dormant.
+5. Losing the membership switches every sink off at once and stops the queries without committing.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import logging
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from regroup.client.errors import CommitFailedError, OffsetFetchError
+from regroup.client.streams_membership import StreamsMembership
+from regroup.protocol.member import Fatal
+from regroup.protocol.shard import Shard
+from regroup.protocol.streams.assignment import MemberTasks
+from regroup.protocol.streams.checkpoints import (
+    CheckpointRecord,
+    LocalCopy,
+    StartFrom,
+    batch_key,
+    caught_up,
+    checkpoint_directory,
+    directory_owner,
+    format_record,
+    latest_record,
+    plan_start,
+    sink_on,
+)
+from regroup.protocol.streams.member import LostTasks, StartTasks, StopTasks, StreamsMemberStateMachine
+from regroup.protocol.streams.topology import TaskId, Topology
+from regroup.rpc.client import CoordinatorClient
+from regroup.spark.tasks.checkpoint import batch_ends, copy_batch, last_committed_batch
+from regroup.spark.tasks.control import Control, read_ack, write_control
+from regroup.spark.tasks.source import task_offset
+
+__all__ = ["BuildFn", "SinkFn", "StreamsPipeline", "StreamsPipelineError", "TaskBatch"]
+
+log = logging.getLogger("regroup.spark.tasks")
+
+ACTIVE, STANDBY, WARMUP, PARKED = "active", "standby", "warm-up", "parked"
+
+
+class StreamsPipelineError(RuntimeError):
+    """The pipeline cannot go on (the coordinator refused the member, or a task's query failed)."""
+
+
+class TaskFencedError(RuntimeError):
+    """Raised inside a batch of a task this member no longer holds: Spark fails that query."""
+
+
+@dataclass(frozen=True)
+class TaskBatch:
+    """What the sink gets with each batch of an active task."""
+
+    task: TaskId
+    batch_id: int  # Spark's, of this copy's checkpoint: may repeat across a move (use `key`)
+    epoch: int
+    start: Mapping[Shard, int]
+    end: Mapping[Shard, int]
+
+    @property
+    def key(self) -> str:
+        """The batch's idempotency key: the task and the offsets it covers (never repeats for
+        different records). Key idempotent output by it."""
+        return batch_key(str(self.task), self.start, self.end)
+
+
+#: The user's pipeline: a streaming DataFrame of one task's records -> the result DataFrame.
+BuildFn = Callable[[Any, TaskId], Any]
+#: The user's sink: one batch of one active task's result (like foreachBatch, with the batch's key).
+SinkFn = Callable[[Any, TaskBatch], None]
+
+
+@dataclass
+class _TaskQuery:
+    task: TaskId
+    role: str
+    directory: str            # relative to the state root
+    control: Path
+    generation: int
+    begin: dict[Shard, int]   # where the checkpoint began (fresh) or the batch of record's end (copy)
+    ends: dict[Shard, int]    # end of the last batch completed
+    limit: dict[Shard, int] | None = None
+    sink_from: dict[Shard, int] | None = None
+    fenced: bool = False
+    handle: Any = None
+    parked_at: float = 0.0
+    caught_up_reported: bool = False
+    error: BaseException | None = None
+    batches: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def running(self) -> bool:
+        return self.handle is not None and self.handle.isActive
+
+
+class StreamsPipeline:
+    """One member of streams group ``group`` (see the module docstring); create it with
+    `regroup.spark.streams`, then `start()`, and `stop()` to leave."""
+
+    def __init__(
+        self, spark: Any, *, group: str, topology: Topology | Mapping[str, Sequence[str]],
+        build: BuildFn, sink: SinkFn, coordinator: str, log: str, state: str | Path,
+        instance_id: str | None = None, output_mode: str = "update", trigger_ms: int = 500,
+        token: str | None = None, session_timeout_ms: int = 45_000, heartbeat_interval_ms: int = 5_000,
+        rebalance_timeout_ms: int = 60_000, max_records_per_trigger: int | None = None,
+        refresh_ms: int = 500, park_ms: int = 30_000,
+    ) -> None:
+        if not callable(build) or not callable(sink):
+            raise TypeError("build (df, task) -> DataFrame and sink (df, TaskBatch) -> None "
+                            "must be functions")
+        if output_mode not in ("append", "update", "complete"):
+            raise ValueError(f"output_mode must be append, update or complete, got {output_mode!r}")
+        self.spark, self.group, self.build, self.sink = spark, group, build, sink
+        self.topology = topology if isinstance(topology, Topology) else Topology.of(topology)
+        self.log_spec, self.output_mode, self.trigger_ms = log, output_mode, trigger_ms
+        self.max_records_per_trigger = max_records_per_trigger
+        self.refresh_ms, self.park_ms = refresh_ms, park_ms
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.root = Path(state) / group
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.process_id = _process_id(self.root, instance_id)
+        self.run_dir = self.root / "run" / self.process_id
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+        self.run_dir.mkdir(parents=True)
+        self.member_id = str(uuid.uuid4())
+        self._machine = StreamsMemberStateMachine(
+            group, self.member_id, self.process_id, self.topology, instance_id=instance_id,
+            rebalance_timeout_ms=rebalance_timeout_ms, session_timeout_ms=session_timeout_ms,
+            heartbeat_interval_ms=heartbeat_interval_ms)
+        self._client = CoordinatorClient(coordinator, token=token)
+        self.membership: StreamsMembership | None = None
+        self._queries: dict[TaskId, _TaskQuery] = {}
+        self._dormant: dict[TaskId, dict[Shard, int]] = {}
+        self._committed: dict[TaskId, tuple[dict[Shard, int], CheckpointRecord | None]] = {}
+        self._refreshed_at = 0.0
+        self._backlog: list[object] = []
+        self._generation = int(time.time() * 1000)
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+        #: How tasks started here: promoted (a copy took over in place), resumed (own checkpoint of
+        #: record), copied (the batch of record copied), fresh (no checkpoint) — per role.
+        self.starts: collections.Counter[str] = collections.Counter()
+        self._scan_dormant()
+
+    # ---------------------------------------------------------------- lifecycle
+    def start(self) -> StreamsPipeline:
+        from regroup.spark.tasks.source import TaskDataSource
+
+        self.spark.dataSource.register(TaskDataSource)
+        self._machine.report_offsets(self._task_offsets(), _now_ms())
+        self.membership = StreamsMembership(self._client, self._machine)
+        self._thread = threading.Thread(target=self._run, name=f"regroup-streams-{self.group}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Leave the group cleanly (each active finishes its batch and commits), stop every query."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def await_termination(self, timeout: float | None = None) -> bool:
+        if self._thread is None:
+            return True
+        self._thread.join(timeout)
+        if self.error is not None:
+            raise StreamsPipelineError(str(self.error)) from self.error
+        return not self._thread.is_alive()
+
+    @property
+    def tasks(self) -> dict[TaskId, str]:
+        """The tasks this member runs now and their roles (parked copies included)."""
+        with self._lock:
+            return {t: q.role for t, q in self._queries.items()}
+
+    @property
+    def owned(self) -> MemberTasks:
+        return self._machine.owned
+
+    def task_ends(self, task: TaskId) -> dict[Shard, int] | None:
+        with self._lock:
+            q = self._queries.get(task)
+            return None if q is None else dict(q.ends)
+
+    # ---------------------------------------------------------------- the control thread
+    def _run(self) -> None:
+        assert self.membership is not None
+        try:
+            while not self._stop.is_set():
+                self._handle(self.membership.take_actions())
+                self._watch()
+                self._refresh()
+                self._report()
+                self.membership.wait(self.membership.has_actions, 0.1)
+            self.membership.leave(self.rebalance_timeout_ms / 1000, self._handle, permanent=False)
+        except BaseException as e:  # surfaced by await_termination
+            log.exception("streams pipeline %s stopped on an error", self.group)
+            self.error = e
+        finally:
+            for t in list(self._queries):
+                self._halt(t)
+            self.membership.close()
+
+    def _handle(self, actions: list[object]) -> None:
+        assert self.membership is not None
+        self._backlog.extend(actions)
+        while self._backlog:
+            a = self._backlog[0]
+            if isinstance(a, StopTasks):
+                self._stop_tasks(a.tasks)
+                self.membership.tasks_stopped(a.tasks)
+            elif isinstance(a, StartTasks):
+                try:
+                    self._start_tasks(a.tasks)
+                except OffsetFetchError as e:
+                    log.info("cannot start %s yet (retrying): %s", a.tasks, e)
+                    return
+                self.membership.tasks_started(a.tasks)
+            elif isinstance(a, LostTasks):
+                log.warning("lost tasks (%s): stopping them without committing", a.reason)
+                for t in sorted(a.tasks.active | a.tasks.standby | a.tasks.warmup):
+                    self._halt(t)
+            elif isinstance(a, Fatal):
+                raise StreamsPipelineError(
+                    f"the coordinator refused this member: {a.error.value}: {a.message}")
+            self._backlog.pop(0)
+
+    # ---------------------------------------------------------------- starting
+    def _start_tasks(self, tasks: MemberTasks) -> None:
+        wanted = [(t, ACTIVE) for t in sorted(tasks.active)] + \
+                 [(t, STANDBY) for t in sorted(tasks.standby)] + [(t, WARMUP) for t in sorted(tasks.warmup)]
+        self._fetch_committed([t for t, _ in wanted])
+        for task, role in wanted:
+            self._start(task, role)
+
+    def _start(self, task: TaskId, role: str) -> None:
+        committed, record = self._committed[task]
+        with self._lock:
+            q = self._queries.get(task)
+        local = None if q is None else LocalCopy(q.directory, dict(q.ends), q.running and not q.fenced)
+        plan = plan_start(committed=committed, record=record, process_id=self.process_id, local=local)
+        if plan.how is StartFrom.RESUME and plan.directory is not None and record is not None:
+            done = last_committed_batch(self.root / plan.directory)
+            if done is not None and done > record.batch:  # batches nobody accepted: copy the record
+                plan = plan_start(committed=committed, record=record, process_id="", local=None)
+        if plan.how is StartFrom.PROMOTE:
+            assert q is not None
+            log.info("task %s: %s copy here becomes %s (at %s, committed %s)", task, q.role, role,
+                     _fmt(q.ends), _fmt(committed))
+            self.starts[f"promoted {role}"] += 1
+            with q.lock:
+                q.role = role
+                q.limit = dict(committed)
+                q.sink_from = dict(committed) if role == ACTIVE else None
+                q.caught_up_reported = False
+            self._write_control(q)
+            return
+        if q is not None:
+            self._halt(task)
+        sources = {Shard(topic, task.partition) for topic in self._sources(task)}
+        if plan.how is StartFrom.RESUME:
+            assert plan.directory is not None and record is not None
+            directory = plan.directory
+            begin = batch_ends(self.root / directory, record.batch) or dict(committed)
+        elif plan.how is StartFrom.COPY:
+            assert plan.directory is not None and plan.batch is not None
+            directory = self._new_directory(task)
+            started = time.monotonic()
+            copy_batch(self.root / plan.directory, self.root / directory, plan.batch)
+            log.info("task %s: copied batch %d of %s for the %s in %.2f s", task, plan.batch,
+                     plan.directory, role, time.monotonic() - started)
+            begin = batch_ends(self.root / directory, plan.batch) or dict(committed)
+        else:
+            directory = self._new_directory(task)
+            begin = {s: 0 for s in sources}
+            begin.update(plan.begin or {})
+        self.starts[f"{plan.how.value} {role}"] += 1
+        self._prune(task, keep={directory, record.directory if record else ""})
+        q = _TaskQuery(task, role, directory, self.run_dir / f"{task}.json", self._next_generation(),
+                       begin=begin, ends=dict(begin),
+                       limit=None if role == ACTIVE else dict(committed),
+                       sink_from=dict(committed) if role == ACTIVE else None)
+        if role == ACTIVE and any(begin.get(s, 0) < o for s, o in committed.items()):
+            q.limit = dict(committed)  # behind the commit (a crash's unfinished batch): catch up first
+        with self._lock:
+            self._queries[task] = q
+            self._dormant.pop(task, None)
+        self._launch(q)
+
+    def _launch(self, q: _TaskQuery) -> None:
+        self._write_control(q)
+        opts = {"log": self.log_spec, "control": str(q.control), "begin": json.dumps(task_offset(q.begin))}
+        if self.max_records_per_trigger:
+            opts["maxRecordsPerTrigger"] = str(self.max_records_per_trigger)
+        df = self.spark.readStream.format("regroup-task").options(**opts).load()
+        result = self.build(df, q.task)
+        q.handle = (result.writeStream.foreachBatch(self._on_batch_of(q)).outputMode(self.output_mode)
+                    .option("checkpointLocation", str(self.root / q.directory))
+                    .queryName(f"{self.group}.{q.task}.{q.directory.rsplit('/', 1)[-1]}")
+                    .trigger(processingTime=f"{self.trigger_ms} milliseconds").start())
+        log.info("task %s: %s query started on %s at %s", q.task, q.role, q.directory, _fmt(q.begin))
+
+    # ---------------------------------------------------------------- a batch (Spark's thread)
+    def _on_batch_of(self, q: _TaskQuery) -> Callable[[Any, int], None]:
+        def on_batch(df: Any, batch_id: int) -> None:
+            checkpoint = self.root / q.directory
+            end = batch_ends(checkpoint, batch_id)
+            start = (batch_ends(checkpoint, batch_id - 1) if batch_id > 0 else None) or q.begin
+            if end is None:
+                raise StreamsPipelineError(
+                    f"task {q.task}: batch {batch_id} is not in {checkpoint}'s offset log")
+            with q.lock:
+                if q.fenced:
+                    raise TaskFencedError(f"task {q.task} is no longer held by this member")
+                active = q.role == ACTIVE
+                output = active and sink_on(start, q.sink_from)
+                commit = active and q.sink_from is not None and all(
+                    end.get(s, 0) >= o for s, o in q.sink_from.items())
+            if output:
+                cached = df.persist()
+                try:
+                    cached.count()  # run the batch (and its state update) once, whatever the sink does
+                    self.sink(cached, TaskBatch(q.task, batch_id, self._machine.epoch, start, end))
+                finally:
+                    cached.unpersist()
+            else:
+                df.write.format("noop").mode("overwrite").save()
+            if commit:
+                assert self.membership is not None
+                try:
+                    self.membership.commit(end, format_record(CheckpointRecord(q.directory, batch_id)))
+                except CommitFailedError as e:
+                    with q.lock:
+                        q.fenced = True
+                    raise TaskFencedError(f"task {q.task}: commit of batch {batch_id} refused: {e}") from e
+            with q.lock:
+                q.ends = dict(end)
+                q.batches += 1
+        return on_batch
+
+    # ---------------------------------------------------------------- stopping
+    def _stop_tasks(self, tasks: MemberTasks) -> None:
+        for t in sorted(tasks.active):
+            self._stop_active(t)
+        for t in sorted(tasks.standby | tasks.warmup):
+            q = self._queries.get(t)
+            if q is not None and q.running:
+                with q.lock:
+                    q.role, q.parked_at = PARKED, time.monotonic()
+            elif q is not None:
+                self._halt(t)
+
+    def _stop_active(self, task: TaskId) -> None:
+        """Rule 4: gate, wait for the reader to obey (the last batch has finished), stop."""
+        q = self._queries.get(task)
+        if q is None:
+            return
+        if q.running:
+            q.generation = self._next_generation()
+            write_control(q.control, Control(q.generation, q.limit, gate=True))
+            deadline = time.monotonic() + self.rebalance_timeout_ms / 1000
+            while q.running and read_ack(q.control) < q.generation and time.monotonic() < deadline:
+                time.sleep(0.02)
+        with q.lock:
+            q.fenced = True  # nothing after this point may commit
+        self._halt(task)
+
+    def _halt(self, task: TaskId) -> None:
+        """Stop the task's query at once (no gate) and keep its directory as a dormant copy."""
+        with self._lock:
+            q = self._queries.pop(task, None)
+        if q is None:
+            return
+        with q.lock:
+            q.fenced = True
+        if q.handle is not None:
+            try:
+                q.handle.stop()
+            except Exception as e:  # the query had failed already: nothing left to stop
+                log.info("task %s: stopping its query: %s", task, e)
+        with self._lock:
+            if q.ends:
+                self._dormant[task] = dict(q.ends)
+        log.info("task %s: %s query stopped at %s", task, q.role, _fmt(q.ends))
+
+    # ---------------------------------------------------------------- keeping up
+    def _watch(self) -> None:
+        """Failed queries, parked copies nobody took back, promotions that caught up."""
+        for t, q in list(self._queries.items()):
+            if q.handle is not None and not q.handle.isActive and not q.fenced:
+                err = q.handle.exception()
+                if q.role == ACTIVE:
+                    raise StreamsPipelineError(f"the query of active task {t} failed: {err}")
+                log.warning("task %s: the %s query failed (%s); dropping the copy", t, q.role, err)
+                self._halt(t)
+            elif q.role == PARKED and time.monotonic() - q.parked_at > self.park_ms / 1000:
+                self._halt(t)
+            elif q.role == ACTIVE and q.limit is not None and q.sink_from is not None \
+                    and caught_up(q.ends, q.sink_from):
+                q.limit = None  # a promoted copy reached the commit: read to the log's end
+                self._write_control(q)
+
+    def _refresh(self) -> None:
+        """Rule 3: copies follow the committed offsets."""
+        now = time.monotonic()
+        copies = [t for t, q in self._queries.items() if q.role in (STANDBY, WARMUP)]
+        if not copies or now - self._refreshed_at < self.refresh_ms / 1000:
+            return
+        self._refreshed_at = now
+        try:
+            self._fetch_committed(copies)
+        except OffsetFetchError as e:
+            log.info("cannot refresh the committed offsets of the copies yet: %s", e)
+            return
+        for t in copies:
+            q = self._queries.get(t)
+            if q is None or q.role not in (STANDBY, WARMUP):
+                continue
+            committed, _ = self._committed[t]
+            if committed != q.limit:
+                q.limit = dict(committed)
+                self._write_control(q)
+
+    def _report(self) -> None:
+        assert self.membership is not None
+        urgent = False
+        for q in self._queries.values():
+            if q.role == WARMUP and not q.caught_up_reported and q.limit is not None \
+                    and caught_up(q.ends, q.limit):
+                q.caught_up_reported = urgent = True
+                log.info("task %s: warm-up caught up at %s", q.task, _fmt(q.ends))
+        self.membership.report_offsets(self._task_offsets(), urgent=urgent)
+
+    def _task_offsets(self) -> dict[TaskId, dict[Shard, int]]:
+        with self._lock:
+            out = {t: dict(o) for t, o in self._dormant.items()}
+            out.update({t: dict(q.ends) for t, q in self._queries.items()})
+            return out
+
+    # ---------------------------------------------------------------- helpers
+    def _fetch_committed(self, tasks: list[TaskId]) -> None:
+        assert self.membership is not None
+        shards = {Shard(topic, t.partition): t for t in tasks for topic in self._sources(t)}
+        committed = self.membership.fetch_committed_with_metadata(shards)
+        for t in tasks:
+            mine = {s: c for s, c in committed.items() if shards[s] == t}
+            self._committed[t] = ({s: o for s, (o, _) in mine.items()},
+                                  latest_record([m for _, m in mine.values()]))
+
+    def _write_control(self, q: _TaskQuery) -> None:
+        write_control(q.control, Control(q.generation, q.limit, gate=False))
+
+    def _sources(self, task: TaskId) -> list[str]:
+        for sub in self.topology.subtopologies:
+            if sub.subtopology_id == task.subtopology:
+                return sorted(sub.source_topics)
+        raise StreamsPipelineError(f"the coordinator assigned task {task}, but the topology has no "
+                                   f"subtopology {task.subtopology!r}")
+
+    def _next_generation(self) -> int:
+        self._generation += 1
+        return self._generation
+
+    def _new_directory(self, task: TaskId) -> str:
+        return checkpoint_directory(str(task), self.process_id, self._next_generation())
+
+    def _prune(self, task: TaskId, keep: set[str]) -> None:
+        """Remove this process's older copies of ``task`` (not the one of record, not the new one)."""
+        base = self.root / "tasks" / str(task)
+        if not base.is_dir():
+            return
+        for d in base.iterdir():
+            rel = f"tasks/{task}/{d.name}"
+            if directory_owner(rel) == self.process_id and rel not in keep:
+                shutil.rmtree(d, ignore_errors=True)
+
+    def _scan_dormant(self) -> None:
+        """Copies this process left on disk in earlier runs (a static member's restart)."""
+        base = self.root / "tasks"
+        if not base.is_dir():
+            return
+        for task_dir in sorted(base.iterdir()):
+            sub, _, part = task_dir.name.rpartition("_")
+            if not part.isdigit():
+                continue
+            for d in sorted(task_dir.iterdir()):
+                if directory_owner(d.name) != self.process_id or d.name.endswith(".copying"):
+                    continue
+                done = last_committed_batch(d)
+                ends = batch_ends(d, done) if done is not None else None
+                if ends:
+                    self._dormant[TaskId(sub, int(part))] = ends
+
+
+def _process_id(root: Path, instance_id: str | None) -> str:
+    """A static member keeps its process id (so its copies on disk are known to be its own); a
+    dynamic member is a new process every time."""
+    if instance_id is None:
+        return uuid.uuid4().hex
+    name = hashlib.sha256(instance_id.encode()).hexdigest()[:32]  # any instance id is a safe file name
+    path = root / "members" / f"{name}.process-id"
+    if path.exists() and path.read_text().strip():
+        return path.read_text().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pid = uuid.uuid4().hex
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(pid + "\n")
+    tmp.replace(path)
+    return pid
+
+
+def _fmt(offsets: Mapping[Shard, int]) -> str:
+    return ",".join(f"{s.topic}/{s.partition}@{o}" for s, o in sorted(offsets.items())) or "-"
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)

@@ -1,0 +1,106 @@
+"""``format("regroup-task")``: the source of one task query — the task's partition of each source
+topic of its subtopology, from given offsets, as far as the member's `Control` allows.
+
+It holds no membership: the application's member (`regroup.spark.tasks.pipeline`) decides when the
+query runs, how far it may read and when it must stop, and commits at the coordinator. The offset
+Spark checkpoints is ``{"v": 1, "ends": {"topic:partition": offset}}``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.types import StructType
+
+from regroup.protocol.microbatch import ShardRange, parse_shard_key, shard_key, split_ranges
+from regroup.protocol.shard import Shard
+from regroup.spark.read import SPARK_SCHEMA_DDL, read_range
+from regroup.spark.source import RangePartition
+from regroup.spark.tasks.control import read_control, write_ack
+
+__all__ = ["TaskDataSource", "task_offset", "task_offset_ends"]
+
+OFFSET_VERSION = 1
+
+
+def task_offset(ends: dict[Shard, int]) -> dict[str, Any]:
+    return {"v": OFFSET_VERSION, "ends": {shard_key(s): ends[s] for s in sorted(ends)}}
+
+
+def task_offset_ends(offset: dict[str, Any]) -> dict[Shard, int]:
+    if offset.get("v") != OFFSET_VERSION:
+        raise ValueError(f"not a regroup task offset: {offset!r}")
+    return {parse_shard_key(k): int(v) for k, v in offset["ends"].items()}
+
+
+class TaskStreamReader(DataSourceStreamReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        try:
+            self.log_spec = options["log"]
+            self.control = Path(options["control"])
+            self.begin = task_offset_ends(json.loads(options["begin"]))
+            self.max_records = int(options.get("maxrecordspertrigger") or 0) or None
+            self.max_split = int(options.get("maxrecordspersplit") or 1_000_000)
+        except (KeyError, ValueError) as e:
+            raise ValueError(f"format('regroup-task') is started by regroup.spark.streams, not by hand "
+                             f"(bad or missing option: {e})") from None
+        self._log: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_log"] = None
+        return state
+
+    def initialOffset(self) -> dict[str, Any]:
+        return task_offset(self.begin)
+
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
+        if start is None:
+            start = task_offset(self.begin)
+        current = task_offset_ends(start)
+        control = read_control(self.control)
+        if control.gate:
+            write_ack(self.control, control.generation)
+            return start
+        if self._log is None:
+            from regroup.log import open_log
+
+            self._log = open_log(self.log_spec)
+        ends: dict[Shard, int] = {}
+        for shard, at in current.items():
+            end = self._log.end_offsets(shard.topic).get(shard.partition, at)
+            if control.limit is not None:
+                end = min(end, control.limit.get(shard, at))
+            if self.max_records is not None:
+                end = min(end, at + self.max_records)
+            ends[shard] = max(at, end)
+        return task_offset(ends)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        begin, finish = task_offset_ends(start), task_offset_ends(end)
+        ranges = [ShardRange(s, begin.get(s, 0), e) for s, e in sorted(finish.items()) if e > begin.get(s, 0)]
+        return [RangePartition(self.log_spec, r) for r in split_ranges(ranges, self.max_split)]
+
+    def commit(self, end: dict[str, Any]) -> None:
+        pass  # the member commits at the coordinator when the batch's output is done
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, RangePartition)
+        r = partition.range
+        return read_range(partition.log_spec, r.shard, r.start, r.end)
+
+
+class TaskDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "regroup-task"
+
+    def schema(self) -> str:
+        return SPARK_SCHEMA_DDL
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return TaskStreamReader({str(k).lower(): str(v) for k, v in self.options.items()})
