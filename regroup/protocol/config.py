@@ -21,6 +21,8 @@ class CoordinatorConfig:
     max_subscribed_topics: int = 10_000
     max_regex_length: int = 1_000
     max_offset_metadata_length: int = 4_096
+    #: Shards a consumer's owned list may hold, counted as listed (and tasks a streams member owns, in
+    #: all roles together); also bounds the shards of an offset request.
     max_owned_shards: int = 1_000_000
 
     def __post_init__(self) -> None:

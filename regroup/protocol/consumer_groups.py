@@ -14,7 +14,12 @@ Rules the methods keep (docs/protocol.md explains them):
   static member replacing itself with the same subscription, nor for its temporary leave;
 * the target assignment is recomputed only when the group epoch is ahead of it, and right away, so
   that the members it affects can be nudged at once;
-* each member then moves toward its target on its own heartbeats (`reconcile`): no barrier.
+* each member then moves toward its target on its own heartbeats (`reconcile`): no barrier;
+* a static member stepping out (-2) keeps its assigned shards reserved for its return (until its
+  session times out) but releases at once the shards it was revoking — it committed them before
+  leaving — and the members waiting for them are nudged; a leave (-1 or -2) that names an instance id
+  is resolved by that instance id first (UNKNOWN_MEMBER_ID when nobody holds it, FENCED_INSTANCE_ID
+  when another member id does), as Kafka does.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from regroup.protocol.errors import ErrorCode, ProtocolError
 from regroup.protocol.fencing import (
     check_epoch,
     check_instance,
+    check_leaving_instance,
     merged_metadata,
     static_predecessor,
     subscription_changed,
@@ -357,28 +363,32 @@ class ConsumerGroups:
                                             self.config.heartbeat_interval_ms))
 
     def _static_leave(self, req: HeartbeatRequest, now: int) -> Outcome[HeartbeatResponse]:
-        """A static member steps out for a while: it keeps its shards until its session times out."""
+        """A static member steps out for a while: it keeps its assigned shards until its session times
+        out, and releases at once those it was revoking (it committed them before leaving), waking the
+        members waiting for them. Nothing else moves: no epoch bump, no new target."""
         group, cur = self._known_member(req)
         ch = _Changes(self.groups)
-        if cur.epoch != STATIC_LEAVE_EPOCH:
-            away = CurrentAssignment(STATIC_LEAVE_EPOCH, cur.epoch, cur.status, cur.assigned,
-                                     cur.pending_revocation)
+        back_at = cur.previous_epoch if cur.epoch == STATIC_LEAVE_EPOCH else cur.epoch
+        status = MemberStatus.STABLE if cur.status is MemberStatus.UNREVOKED else cur.status
+        away = CurrentAssignment(STATIC_LEAVE_EPOCH, back_at, status, cur.assigned, EMPTY)
+        if away != cur:
             ch.emit(CurrentAssignmentRecord(group.group_id, req.member_id, away))
+            self._wake_waiters(ch, group, cur.pending_revocation)
         self.timers.disarm(TimerKind.REVOCATION, group.group_id, req.member_id)
         self._touch(group.group_id, req.member_id, now)
         return ch.outcome(HeartbeatResponse(ErrorCode.NONE, "", req.member_id, STATIC_LEAVE_EPOCH,
                                             self.config.heartbeat_interval_ms))
 
     def _known_member(self, req: HeartbeatRequest) -> tuple[Group, CurrentAssignment]:
+        """The leaving member: by its instance id first when it names one (Kafka's order)."""
         group = self.groups.get(req.group_id)
         if group is None:
             raise ProtocolError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {req.group_id!r} does not exist")
-        meta = group.members.get(req.member_id)
-        if meta is None:
+        check_leaving_instance(group, req)
+        if req.member_id not in group.members:
             raise ProtocolError(ErrorCode.UNKNOWN_MEMBER_ID,
                                 f"member {req.member_id!r} is not in group {req.group_id!r}; "
                                 "nothing to leave")
-        check_instance(group, req, meta)
         return group, group.current[req.member_id]
 
     def _remove(self, ch: _Changes, group: Group, mid: str, now: int, cause: MemberLeft | MemberFenced,

@@ -1,8 +1,9 @@
 """Who may heartbeat as whom: epoch fencing, static identities, and the member's metadata.
 
 Pure checks that raise `ProtocolError` before the coordinator changes anything. The identity rules
-(`epoch_fence`, `check_instance`, `static_predecessor`) hold for every kind of group — consumer and
-streams groups alike — and are written against the little they need of one (`Members`).
+(`epoch_fence`, `check_instance`, `check_leaving_instance`, `static_predecessor`) hold for every kind
+of group — consumer and streams groups alike — and are written against the little they need of one
+(`Members`).
 """
 
 from __future__ import annotations
@@ -95,6 +96,27 @@ def check_instance(group: Members, req: _Identified, meta: _Registered | None,
             f"instance id {req.instance_id!r} of group {group.group_id!r} now belongs to member "
             f"{holder!r}: another process with the same instance id replaced this one; stop it, or give "
             "each process its own instance id")
+
+
+def check_leaving_instance(group: Members, req: _Identified) -> None:
+    """A leave (-1 or -2) that names an instance id is resolved by the instance id first, as Kafka
+    does: UNKNOWN_MEMBER_ID when no member holds it, FENCED_INSTANCE_ID when another member id holds
+    it. Only then is the member id itself looked at (a leave without instance id starts there).
+    """
+    if req.instance_id is None:
+        return
+    holder = group.static_members.get(req.instance_id)
+    if holder is None:
+        raise ProtocolError(
+            ErrorCode.UNKNOWN_MEMBER_ID,
+            f"no member of group {group.group_id!r} holds instance id {req.instance_id!r} (it left, or "
+            "was fenced after its session timed out); nothing to leave")
+    if holder != req.member_id:
+        raise ProtocolError(
+            ErrorCode.FENCED_INSTANCE_ID,
+            f"instance id {req.instance_id!r} of group {group.group_id!r} belongs to member {holder!r}, "
+            f"not {req.member_id!r}: another process with the same instance id replaced this one; it "
+            "cannot leave for it — stop this process, or give each process its own instance id")
 
 
 def static_predecessor(group: Members, req: _Identified) -> str | None:

@@ -87,13 +87,14 @@ Rules:
    STALE_MEMBER_EPOCH (meant for commits) is retried like a transport failure.
 7. Leaving. ``leave()`` waits for an outstanding Revoke/Assign, then emits ``Revoke(owned)`` so the
    driver commits and stops, then sends one leave request: epoch -1, or -2 for a static member
-   (temporary leave: the coordinator keeps its shards for the instance id until the session timeout,
-   so a restarted process with the same instance id gets them back without a rebalance; the Revoke
-   is then only local). ``leave(permanent=True)`` makes a static member leave for good (-1). Whatever
-   answers the leave request (or its failure) ends in LEFT. Heartbeats continue while the driver
-   revokes, so the session does not expire. A member the coordinator never heard of goes to LEFT at
-   once. ``close()`` abandons the membership without a word to the coordinator (it fences the member
-   after the session timeout) and returns ``Lost(held)``.
+   (temporary leave: the coordinator keeps its assigned shards for the instance id until the session
+   timeout, so a restarted process with the same instance id gets them back without a rebalance —
+   the Revoke is then only local — and hands out at once those it was revoking, which is why the
+   driver must have committed them first). ``leave(permanent=True)`` makes a static member leave
+   for good (-1). Whatever answers the leave request (or its failure) ends in LEFT. Heartbeats
+   continue while the driver revokes, so the session does not expire. A member the coordinator never
+   heard of goes to LEFT at once. ``close()`` abandons the membership without a word to the
+   coordinator (it fences the member after the session timeout) and returns ``Lost(held)``.
 8. Delegated assignment. ``should_compute_assignment`` in a response surfaces as
    ``ComputeAssignment()`` every time it is set; the driver ignores it while a computation runs.
 """

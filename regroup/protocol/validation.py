@@ -2,11 +2,18 @@
 
 Each failure is INVALID_REQUEST with a message naming the field and the rule, so whoever wrote the
 client can fix it without reading coordinator logs.
+
+Lists of shards arrive grouped by topic and become sets (`ShardSet`), and a set cannot show what it
+hid: a shard listed twice, or how long the list really was. So a shell decodes a request's shard list
+with `shards_from_listing` (a streams shell its task lists with
+`regroup.protocol.streams.fencing.tasks_from_listing`): the raw length is checked against the limit
+before a single shard is built, and a shard listed twice is INVALID_REQUEST, naming it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sized
+from typing import TypeVar
 
 from regroup.protocol.config import CoordinatorConfig
 from regroup.protocol.errors import ErrorCode, ProtocolError
@@ -18,7 +25,10 @@ from regroup.protocol.messages import (
     OffsetFetchRequest,
     OffsetResetRequest,
 )
-from regroup.protocol.shard import Shard
+from regroup.protocol.shard import Shard, ShardSet
+
+T = TypeVar("T")
+N = TypeVar("N", bound=Hashable)
 
 
 def invalid(message: str) -> ProtocolError:
@@ -35,17 +45,63 @@ def check_id(field: str, value: object, cfg: CoordinatorConfig, *, allow_empty: 
 
 
 def check_shards(field: str, shards: Iterable[object], cfg: CoordinatorConfig, limit: int) -> None:
-    n = 0
-    for s in shards:
-        n += 1
+    """Each shard well-formed, and at most ``limit`` of them — counted before anything is looked at."""
+    if isinstance(shards, Sized) and len(shards) > limit:
+        raise invalid(f"{field} lists {len(shards)} shards; the limit is {limit}")
+    for n, s in enumerate(shards, 1):
+        if n > limit:
+            raise invalid(f"{field} lists more than {limit} shards, the limit")
         if not isinstance(s, Shard) or not isinstance(s.topic, str) or not isinstance(s.partition, int):
             raise invalid(f"{field} must hold Shard(topic, partition) values, got {s!r}")
         if not s.topic or len(s.topic) > cfg.max_topic_name_length:
             raise invalid(f"{field} has a shard with an invalid topic name {s.topic!r}")
         if s.partition < 0:
             raise invalid(f"{field} has a negative partition: {s}")
-    if n > limit:
-        raise invalid(f"{field} lists {n} shards; the limit is {limit}")
+
+
+def shards_from_listing(field: str, listing: Iterable[tuple[str, Collection[int]]], limit: int) -> ShardSet:
+    """The shards a request lists as ``(topic, partitions)`` groups (the wire's form), as a set.
+
+    INVALID_REQUEST, before any shard is built, when the groups list more than ``limit`` partitions
+    in all (counted as listed, duplicates included) or list one partition twice (the message names
+    it). The shards' own shape (topic names, negative partitions) is `validate_heartbeat`'s check.
+    """
+    return unique_from_listing(field, listing, limit, Shard, "partition")
+
+
+def unique_from_listing(field: str, listing: Iterable[tuple[N, Collection[int]]], limit: int,
+                        make: Callable[[N, int], T], unit: str) -> frozenset[T]:
+    """``make(name, number)`` for every number listed under every name, refusing a repeat or a list
+    longer than ``limit`` (see `shards_from_listing`; the streams task lists use it too).
+
+    The count only takes each group's length, so an oversized list costs nothing; duplicates are
+    found on plain integers, and the values are built only once the listing passed both checks.
+    """
+    groups: dict[N, set[int]] = {}
+    n = 0
+    for name, numbers in listing:
+        n += len(numbers)
+        if n > limit:
+            raise invalid(f"{field} lists at least {n} {unit}s; the limit is {limit}")
+        distinct = set(numbers)
+        earlier = groups.get(name)
+        if len(distinct) != len(numbers) or (earlier is not None and not earlier.isdisjoint(distinct)):
+            twice = make(name, _first_repeat(numbers, earlier or set()))
+            raise invalid(f"{field} lists {unit} {twice} twice; list each {unit} once")
+        if earlier is None:
+            groups[name] = distinct
+        else:
+            earlier |= distinct
+    return frozenset(make(name, number) for name, numbers in groups.items() for number in numbers)
+
+
+def _first_repeat(numbers: Iterable[int], earlier: set[int]) -> int:
+    seen = set(earlier)
+    for number in numbers:
+        if number in seen:
+            return number
+        seen.add(number)
+    raise AssertionError("no number is repeated")  # pragma: no cover - the caller saw one
 
 
 def validate_heartbeat(req: HeartbeatRequest, cfg: CoordinatorConfig) -> None:
@@ -80,6 +136,7 @@ def validate_heartbeat(req: HeartbeatRequest, cfg: CoordinatorConfig) -> None:
         for name in req.client_assignors:
             check_id("client_assignors entry", name, cfg)
     if req.owned is not None:
+        # A set: its length is the request's only if the shell refused repeats (`shards_from_listing`).
         check_shards("owned", req.owned, cfg, cfg.max_owned_shards)
     if req.member_epoch == JOIN_EPOCH:
         if req.owned is None or req.owned:

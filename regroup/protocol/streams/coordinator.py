@@ -68,7 +68,13 @@ from regroup.protocol.streams.assignment import (
     MemberTasks,
 )
 from regroup.protocol.streams.describe import StreamsGroupDescription, describe
-from regroup.protocol.streams.fencing import check_epoch, check_instance, static_predecessor, validate
+from regroup.protocol.streams.fencing import (
+    check_epoch,
+    check_instance,
+    check_leaving_instance,
+    static_predecessor,
+    validate,
+)
 from regroup.protocol.streams.lags import CommittedOffsets, LagBook
 from regroup.protocol.streams.messages import (
     StreamsHeartbeatRequest,
@@ -382,12 +388,11 @@ class StreamsGroups:
         if group is None:
             raise ProtocolError(ErrorCode.GROUP_ID_NOT_FOUND,
                                 f"streams group {req.group_id!r} does not exist")
-        meta = group.members.get(req.member_id)
-        if meta is None:
+        check_leaving_instance(group, req)  # by the instance id first, when it names one (Kafka's order)
+        if req.member_id not in group.members:
             raise ProtocolError(ErrorCode.UNKNOWN_MEMBER_ID,
                                 f"member {req.member_id!r} is not in streams group {req.group_id!r}; "
                                 "nothing to leave")
-        check_instance(group, req, meta)
         return group
 
     def _remove(self, ch: _Changes, group: StreamsGroup, mid: str, cause: MemberLeft | MemberFenced) -> None:

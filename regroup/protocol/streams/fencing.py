@@ -4,21 +4,29 @@ Pure checks that raise `ProtocolError` before the coordinator changes anything. 
 (instance ids, static take-over, which epochs pass) are the consumer groups' own, from
 `regroup.protocol.fencing`; what is particular here is the request's shape and that a resent epoch
 is judged by tasks in every role.
+
+A member's task lists arrive grouped by subtopology and become sets, which cannot show a task listed
+twice nor how long the lists really were: a shell decodes each with `tasks_from_listing` (as a
+consumer shell decodes owned shards), and `validate` bounds the tasks a request owns in all roles.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
+
 from regroup.protocol.config import CoordinatorConfig
 from regroup.protocol.errors import ErrorCode, ProtocolError
-from regroup.protocol.fencing import check_instance, epoch_fence, static_predecessor
+from regroup.protocol.fencing import check_instance, check_leaving_instance, epoch_fence, static_predecessor
 from regroup.protocol.messages import JOIN_EPOCH, STATIC_LEAVE_EPOCH
-from regroup.protocol.streams.assignment import MemberTasks
+from regroup.protocol.streams.assignment import MemberTasks, TaskSet
 from regroup.protocol.streams.messages import StreamsHeartbeatRequest
 from regroup.protocol.streams.records import StreamsCurrent
 from regroup.protocol.streams.state import StreamsGroup
 from regroup.protocol.streams.topology import TaskId
+from regroup.protocol.validation import unique_from_listing
 
-__all__ = ["check_epoch", "check_instance", "static_predecessor", "validate"]
+__all__ = ["check_epoch", "check_instance", "check_leaving_instance", "static_predecessor",
+           "tasks_from_listing", "validate"]
 
 
 def _invalid(message: str) -> ProtocolError:
@@ -47,6 +55,10 @@ def validate(req: StreamsHeartbeatRequest, cfg: CoordinatorConfig) -> None:
         raise _invalid(f"rebalance_timeout_ms must be positive, got {req.rebalance_timeout_ms!r}")
     if req.member_epoch == JOIN_EPOCH and req.rebalance_timeout_ms is None:
         raise _invalid("a join (member_epoch 0) must send its rebalance_timeout_ms")
+    if req.owned is not None:
+        owned = len(req.owned.active) + len(req.owned.standby) + len(req.owned.warmup)
+        if owned > cfg.max_owned_shards:
+            raise _invalid(f"owned lists {owned} tasks in all roles; the limit is {cfg.max_owned_shards}")
     if req.task_offsets is not None:
         for task, offsets in req.task_offsets.items():
             if not isinstance(task, TaskId):
@@ -55,6 +67,15 @@ def validate(req: StreamsHeartbeatRequest, cfg: CoordinatorConfig) -> None:
                 if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
                     raise _invalid(f"task {task} reports offset {offset!r} for {shard}; offsets are "
                                    "non-negative integers")
+
+
+def tasks_from_listing(field: str, listing: Iterable[tuple[str, Collection[int]]], limit: int) -> TaskSet:
+    """The tasks of one role as a request lists them, ``(subtopology, partitions)`` groups, as a set.
+
+    INVALID_REQUEST, before any task is built, when the groups list more than ``limit`` tasks (counted
+    as listed) or one task twice (the message names it).
+    """
+    return unique_from_listing(field, listing, limit, TaskId, "task")
 
 
 def check_epoch(group: StreamsGroup, req: StreamsHeartbeatRequest, current: StreamsCurrent) -> None:

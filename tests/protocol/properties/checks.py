@@ -32,7 +32,8 @@ replay) are asked of the pure functions in `regroup.sim.invariants`, so they are
 7. range: the target is exactly the range layout computed independently here, so ranges are
    contiguous and topics with equal partition counts and subscribers are co-partitioned;
 8. static membership: a join with an instance id still held by a live member is refused
-   (UNRELEASED_INSTANCE_ID) and changes nothing; -2 keeps the member's shards and epoch; a take-over
+   (UNRELEASED_INSTANCE_ID) and changes nothing; -2 keeps the member's assigned shards and epoch,
+   and frees the shards it was revoking (the waiting members are nudged, as for any freed shard); a take-over
    of a member away at -2 with the same subscription changes no epoch and inherits the same target
    and assignment;
 9. replay: the state rebuilt record by record equals the coordinator's after every call, and so do
@@ -464,7 +465,7 @@ def assert_heartbeat_answer(pre: View, post: View, resp: HeartbeatResponse, req:
                 f"something else): sent {resp.assignment}, assigned {fmt(now.assigned)}")
     assert_static_rules(pre, post, resp, req, subs)
     if req.member_epoch == STATIC_LEAVE_EPOCH and resp.error is ErrorCode.NONE:
-        assert_away_keeps_shards(pre.current[mid], post.current[mid], mid)
+        assert_away_keeps_shards(pre.current[mid], post.current[mid], mid, post)
 
 
 def assert_static_rules(pre: View, post: View, resp: HeartbeatResponse, req: HeartbeatRequest,
@@ -501,13 +502,22 @@ def assert_static_rules(pre: View, post: View, resp: HeartbeatResponse, req: Hea
                 f"its predecessor had epoch {away.previous_epoch} {fmt(away.assigned)}")
 
 
-def assert_away_keeps_shards(before: CurrentAssignment, after: CurrentAssignment, mid: str) -> None:
-    """8: a static member stepping out (-2) keeps what it holds, and its epoch for its return."""
+def assert_away_keeps_shards(before: CurrentAssignment, after: CurrentAssignment, mid: str,
+                             post: View) -> None:
+    """8: a static member stepping out (-2) keeps its assigned shards, and its epoch for its return;
+    the shards it was revoking are free at once."""
     back_at = before.previous_epoch if before.epoch == STATIC_LEAVE_EPOCH else before.epoch
     assert (after.epoch, after.previous_epoch) == (STATIC_LEAVE_EPOCH, back_at), (
         f"-2: {mid!r} went from {before} to {after}")
-    assert held(after) == held(before), (
-        f"-2: {mid!r} held {fmt(held(before))} and now {fmt(held(after))}; it keeps them while away")
+    assert after.assigned == before.assigned, (
+        f"-2: {mid!r} was assigned {fmt(before.assigned)} and now {fmt(after.assigned)}; it keeps them "
+        "while away")
+    if before.pending_revocation:
+        event("static: -2 released a pending revocation")
+    still = {s for s in before.pending_revocation if s in post.owners}
+    assert not after.pending_revocation and not still, (
+        f"-2: {mid!r} was revoking {fmt(before.pending_revocation)}; they must be free at once, yet "
+        f"{fmt(still | after.pending_revocation)} are still held")
 
 
 def assert_commit_result(pre: View, ack: Ack, req: OffsetCommitRequest, proc: Proc) -> None:

@@ -174,7 +174,7 @@ class Membership:
                 self.last_touch[mid] = now
         # Revocation deadlines: a full rebalance timeout for every new revocation — when a member
         # becomes UNREVOKED, or must revoke something else right after (Kafka reschedules too);
-        # none while away at -2 (it keeps its shards until its session ends).
+        # none while away at -2 (what it was revoking is freed when it steps out).
         for mid in sorted(post.current):
             c = post.current[mid]
             if c.status is MemberStatus.UNREVOKED and c.epoch != STATIC_LEAVE_EPOCH:
