@@ -8,21 +8,29 @@ shows a consumer group or a streams group (tasks by role, with each task copy's 
 warm-up's progress), ``delete`` deletes either. A task is spelled as Kafka spells it,
 ``subtopology_partition``; a member's tasks of one role are grouped by subtopology
 (``count[0,1,2]``), as a consumer's partitions are by topic.
+
+Terminal output never interprets what clients chose: group, member, instance and client ids, hosts,
+topics, subtopologies, reasons and the coordinator's messages are printed as literal `rich.text.Text`
+(no markup, no emoji codes), their control characters escaped (``\x1b``), so ``[/bold]`` prints as
+``[/bold]`` and a name cannot pose as another or drive the terminal.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import time
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from regroup.coordinator.logs import LogLevel, escape_controls
 from regroup.protocol.shard import Shard, format_shards
 
 if TYPE_CHECKING:
@@ -50,9 +58,38 @@ def _client(coordinator: str | None, token: str | None) -> Any:
     return CoordinatorClient(address, token=token or os.environ.get("REGROUP_TOKEN"))
 
 
-def _fail(message: str) -> None:
-    Console(stderr=True).print(f"[red]error:[/red] {message}")
+def _lit(value: object) -> Text:
+    """Literal terminal text: rich markup and emoji codes are not interpreted, control characters
+    are shown escaped."""
+    return Text(escape_controls(str(value)))
+
+
+def _row(table: Table, *cells: object) -> None:
+    """A table row of literal cells (every cell may hold a name a client chose)."""
+    table.add_row(*(_lit(c) for c in cells))
+
+
+def _console() -> Console:
+    """stdout; a pipe gets the whole table (wide), a terminal its own width."""
+    return Console() if sys.stdout.isatty() else Console(width=200)
+
+
+def _fail(message: str) -> NoReturn:
+    Console(stderr=True).print(Text.assemble(("error:", "red"), " ", _lit(message)))
     raise typer.Exit(1)
+
+
+@contextlib.contextmanager
+def _connected(coordinator: str | None, token: str | None) -> Iterator[Any]:
+    """A client; a call that fails (coordinator unreachable, token refused, request refused) ends
+    the command with its message instead of a traceback."""
+    from regroup.rpc.errors import CoordinatorError
+
+    try:
+        with _client(coordinator, token) as client:
+            yield client
+    except CoordinatorError as e:
+        _fail(str(e))
 
 
 def _parse_shard(text: str) -> Shard:
@@ -75,7 +112,7 @@ def groups_list(
     json_output: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Every group: its kind (consumer or streams), state and member count."""
-    with _client(coordinator, token) as client:
+    with _connected(coordinator, token) as client:
         rows = client.list_groups()
     if json_output:
         print(json.dumps({"groups": [{"group": r.group_id, "kind": r.kind, "state": r.state.value,
@@ -83,8 +120,8 @@ def groups_list(
         return
     table = Table("group", "kind", "state", "members")
     for r in rows:
-        table.add_row(r.group_id, r.kind, r.state.value, str(r.members))
-    Console().print(table)
+        _row(table, r.group_id, r.kind, r.state.value, r.members)
+    _console().print(table)
 
 
 @groups_app.command("describe")
@@ -102,7 +139,7 @@ def groups_describe(
     from regroup.protocol.errors import ErrorCode
     from regroup.rpc.errors import RequestRejected
 
-    with _client(coordinator, token) as client:
+    with _connected(coordinator, token) as client:
         # Consumer groups first: the common case costs one call. The coordinator refuses a consumer
         # describe of a streams group with INVALID_REQUEST naming the kind; only then ask again.
         try:
@@ -122,27 +159,26 @@ def groups_describe(
 
         print(json.dumps(group_details_json(details)))
         return
-    c = Console()
-    c.print(f"[bold]{d.group_id}[/bold]  state [bold]{d.state.value}[/bold]  group epoch {d.epoch}  "
-            f"target epoch {d.target_epoch}  assignor {d.assignor or '-'}")
+    c = _console()
+    c.print(Text.assemble((escape_controls(d.group_id), "bold"), "  state ", (d.state.value, "bold"),
+                          f"  group epoch {d.epoch}  target epoch {d.target_epoch}  assignor ",
+                          _lit(d.assignor or "-")))
     members = Table("member", "instance", "client", "epoch", "state", "assigned", "revoking", "awaiting",
                     title="members")
     for m in d.members:
         cl = details.clients.get(m.member_id)
-        members.add_row(m.member_id, m.instance_id or "-",
-                        f"{cl.client_id}@{cl.client_host}" if cl else "-", str(m.epoch), m.status.value,
-                        format_shards(m.assigned), format_shards(m.pending_revocation),
-                        format_shards(m.awaiting))
+        _row(members, m.member_id, m.instance_id or "-", f"{cl.client_id}@{cl.client_host}" if cl else "-",
+             m.epoch, m.status.value, format_shards(m.assigned), format_shards(m.pending_revocation),
+             format_shards(m.awaiting))
     c.print(members)
     offsets = Table("partition", "committed", "log end", "lag", "owner", title="offsets")
     for o in details.offsets:
-        offsets.add_row(str(o.shard), _dash(o.committed), _dash(o.log_end_offset), _dash(o.lag),
-                        o.owner or "-")
+        _row(offsets, o.shard, _dash(o.committed), _dash(o.log_end_offset), _dash(o.lag), o.owner or "-")
     c.print(offsets)
     history = Table("when", "epoch", "kind", "cause", title="recent epochs")
     for h in details.history[-20:]:
-        history.add_row(time.strftime("%H:%M:%S", time.localtime(h.at_unix_ms / 1000)), str(h.epoch),
-                        h.kind, h.cause)
+        _row(history, time.strftime("%H:%M:%S", time.localtime(h.at_unix_ms / 1000)), h.epoch, h.kind,
+             h.cause)
     c.print(history)
 
 
@@ -153,33 +189,32 @@ def _print_streams_group(d: StreamsGroupDescription, json_output: bool) -> None:
     if json_output:
         print(json.dumps(streams_group_json(d)))
         return
-    c = Console() if sys.stdout.isatty() else Console(width=200)  # a pipe gets the whole table
-    c.print(f"[bold]{d.group_id}[/bold]  streams group  state [bold]{d.state.value}[/bold]  "
-            f"group epoch {d.epoch}  target epoch {d.target_epoch}")
+    c = _console()
+    c.print(Text.assemble((escape_controls(d.group_id), "bold"), "  streams group  state ",
+                          (d.state.value, "bold"), f"  group epoch {d.epoch}  target epoch {d.target_epoch}"))
     if d.status.ready:
         c.print("ready: the topology runs on the topics as they are")
     else:
-        c.print("[red]not ready[/red]: nothing is assigned until this is fixed:")
+        c.print(Text.assemble(("not ready", "red"), ": nothing is assigned until this is fixed:"))
         for reason in d.status.reasons:
-            c.print(f"  - {reason}")
+            c.print(_lit(f"  - {reason}"))
     if d.topology is None:
         c.print("topology: none yet (no member sent one)")
     else:
-        c.print("topology: " + "; ".join(f"{s.subtopology_id} <- {', '.join(sorted(s.source_topics))}"
-                                         for s in sorted(d.topology.subtopologies,
-                                                         key=lambda s: s.subtopology_id)))
+        c.print(_lit("topology: " + "; ".join(f"{s.subtopology_id} <- {', '.join(sorted(s.source_topics))}"
+                                              for s in sorted(d.topology.subtopologies,
+                                                              key=lambda s: s.subtopology_id))))
     members = Table("member", "instance", "process", "epoch", "state", "active", "standby", "warm-up",
                     "revoking", "target (when different)", title="members")
     for m in d.members:
-        members.add_row(m.member_id, m.instance_id or "-", m.process_id, str(m.epoch), m.status.value,
-                        _tasks(m.assigned.active), _tasks(m.assigned.standby), _tasks(m.assigned.warmup),
-                        _by_role(m.pending_revocation),
-                        "-" if m.target == m.assigned else _by_role(m.target))
+        _row(members, m.member_id, m.instance_id or "-", m.process_id, m.epoch, m.status.value,
+             _tasks(m.assigned.active), _tasks(m.assigned.standby), _tasks(m.assigned.warmup),
+             _by_role(m.pending_revocation), "-" if m.target == m.assigned else _by_role(m.target))
     c.print(members)
     copies = Table("process", "task", "role", "lag (records)", "warm-up progress",
                    title="task copies by process (lag behind the committed offsets)")
     for process, task, roles, lag, progress in _copies(d.members):
-        copies.add_row(process, str(task), roles, _dash(lag), progress)
+        _row(copies, process, task, roles, _dash(lag), progress)
     c.print(copies)
 
 
@@ -242,9 +277,9 @@ def groups_delete(
     token: str | None = typer.Option(None, help="API token (default: $REGROUP_TOKEN)."),
 ) -> None:
     """Delete an empty group and its committed offsets."""
-    with _client(coordinator, token) as client:
+    with _connected(coordinator, token) as client:
         _ack_or_fail(client.delete_group(group))
-    Console().print(f"deleted group {group}")
+    Console().print(_lit(f"deleted group {group}"))
 
 
 def _dash(v: object) -> str:
@@ -266,9 +301,9 @@ def offsets_reset(
         if not sep or not offset.isdigit():
             raise typer.BadParameter(f"{item!r}: expected TOPIC:PARTITION=OFFSET", param_hint="--to")
         offsets[_parse_shard(where)] = int(offset)
-    with _client(coordinator, token) as client:
+    with _connected(coordinator, token) as client:
         _ack_or_fail(client.reset_offsets(group, offsets))
-    Console().print(f"reset {len(offsets)} offset(s) of {group}")
+    Console().print(_lit(f"reset {len(offsets)} offset(s) of {group}"))
 
 
 @offsets_app.command("delete")
@@ -281,9 +316,9 @@ def offsets_delete(
 ) -> None:
     """Delete committed offsets of an empty group."""
     shards = [_parse_shard(p) for p in partition] if partition else None
-    with _client(coordinator, token) as client:
+    with _connected(coordinator, token) as client:
         _ack_or_fail(client.delete_offsets(group, shards))
-    Console().print(f"deleted offsets of {group}")
+    Console().print(_lit(f"deleted offsets of {group}"))
 
 
 # ----------------------------------------------------------------------------------- topics
@@ -312,10 +347,10 @@ def topics_create(
     try:
         if topic in lg.topic_partitions():
             lg.add_partitions(topic, partitions)
-            Console().print(f"{topic} now has {partitions} partitions")
+            Console().print(_lit(f"{topic} now has {partitions} partitions"))
         else:
             lg.create_topic(topic, partitions)
-            Console().print(f"created {topic} with {partitions} partitions")
+            Console().print(_lit(f"created {topic} with {partitions} partitions"))
     except (LogError, ValueError) as e:
         _fail(str(e))
     finally:
@@ -340,8 +375,8 @@ def topics_list(
         return
     table = Table("topic", "partitions", "records")
     for t, n in sorted(topics.items()):
-        table.add_row(t, str(n), str(sum(ends[t].values())))
-    Console().print(table)
+        _row(table, t, n, sum(ends[t].values()))
+    _console().print(table)
 
 
 def produce(
@@ -385,7 +420,7 @@ def produce(
             lg.produce(topic, part, recs)
     finally:
         lg.close()
-    Console(stderr=True).print(f"produced {n} records to {topic}")
+    Console(stderr=True).print(_lit(f"produced {n} records to {topic}"))
 
 
 def coordinator(
@@ -406,8 +441,11 @@ def coordinator(
     acceptable_recovery_lag: int = typer.Option(10_000, help="Streams groups: records a copy may be behind "
                                                 "and still take a task over at once."),
     max_warmups: int = typer.Option(2, help="Streams groups: warm-up copies restoring at once in a group."),
+    log_level: LogLevel = typer.Option(LogLevel.INFO, "--log-level", case_sensitive=False,
+                                       help="Log to stderr from this level on."),
 ) -> None:
     """Run the group coordinator: gRPC API, durable store, timers, metrics, optional dashboard."""
+    from regroup.coordinator.logs import configure
     from regroup.coordinator.server import ServerConfig, run_coordinator
     from regroup.protocol.errors import ProtocolError
     from regroup.protocol.streams.coordinator import StreamsConfig
@@ -416,6 +454,7 @@ def coordinator(
         streams = StreamsConfig(standby_replicas, acceptable_recovery_lag, max_warmups)
     except ProtocolError as e:
         raise typer.BadParameter(e.message) from e
+    configure(log_level.value)
     code = run_coordinator(ServerConfig(
         data_dir=data_dir, listen=listen, log_spec=log or os.environ.get("REGROUP_LOG"),
         token=token or os.environ.get("REGROUP_TOKEN"), tls_cert=tls_cert, tls_key=tls_key,

@@ -16,6 +16,10 @@ get a grace period (1 s; open heartbeat streams are cut after it), queued record
 data dir is unlocked.
 Exit status 0; 1 when the service stopped itself because it could not guarantee durability (see
 `service`); 2 for a bad configuration.
+
+Logs go to stderr (`regroup.coordinator.logs`, ``--log-level debug|info|warning|error``): the start-up
+(address, data dir, topic source without its options, whether TLS and a token are on — never the
+token), then what `service` reports.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from regroup.coordinator.auth import TokenInterceptor, server_credentials
 from regroup.coordinator.history import EpochHistory
 from regroup.coordinator.http.app import Dashboard, DashboardServer, is_loopback, parse_http, url_of
 from regroup.coordinator.http.feed import Feed
+from regroup.coordinator.logs import LogLevel, configure, redact_spec
 from regroup.coordinator.metrics import Metrics, serve_metrics
 from regroup.coordinator.service import CoordinatorService, ServiceOptions, monotonic_ms
 from regroup.coordinator.sources import TopicRefresher, open_topic_source
@@ -109,6 +114,17 @@ class ServerConfig:
                                   max_warmups=args.max_warmups))
 
 
+class _LoggedTokenInterceptor(TokenInterceptor):
+    """`TokenInterceptor` that says in the log which calls it refused (the metadata never)."""
+
+    def _authorized(self, details: grpc.HandlerCallDetails) -> bool:
+        ok = super()._authorized(details)
+        if not ok:
+            log.warning("%s refused with UNAUTHENTICATED: no or wrong API token",
+                        details.method.rpartition("/")[2] or details.method)
+        return ok
+
+
 def _host(listen: str) -> str:
     host = listen.rpartition(":")[0]
     return host[1:-1] if host.startswith("[") and host.endswith("]") else host
@@ -135,6 +151,9 @@ async def serve(
             loop.add_signal_handler(sig, stop.set)
 
     http_at = parse_http(cfg.http) if cfg.http is not None else None
+    log.info("starting: data dir %s, listen %s, topic metadata from %s, session timeout %d ms, "
+             "heartbeat interval %d ms", data_dir, listen, redact_spec(cfg.log_spec), cfg.session_timeout_ms,
+             cfg.heartbeat_interval_ms)
     source = open_topic_source(cfg.log_spec)
     store = DurableStore(data_dir, snapshot_every=cfg.snapshot_every, history_limit=cfg.history_limit)
     t0 = time.perf_counter()
@@ -164,7 +183,7 @@ async def serve(
                         len(coord.topics))
 
         server = grpc.aio.server(
-            interceptors=[TokenInterceptor(token)] if token else None,
+            interceptors=[_LoggedTokenInterceptor(token)] if token else None,
             options=[
                 ("grpc.max_receive_message_length", cfg.max_message_bytes),
                 ("grpc.so_reuseport", 0),
@@ -213,6 +232,11 @@ async def serve(
                 await service.close()
                 raise
         info = Listening(address, bound_metrics, len(loaded.records), recovery_s)
+        log.info("listening on %s (%s, %s)%s%s", address,
+                 "TLS" if cfg.tls_cert is not None else "plaintext",
+                 "API token required" if token else "no API token",
+                 f"; metrics on {host or '0.0.0.0'}:{bound_metrics}" if bound_metrics is not None else "",
+                 f"; dashboard on {url_of(dashboard.host, http_port)}" if dashboard is not None else "")
         print(f"regroup coordinator listening on {address}"
               + (f" (metrics on {host or '0.0.0.0'}:{bound_metrics})" if bound_metrics is not None else "")
               + f"; data dir {data_dir}; recovered {info.recovered_records} records in {recovery_s:.3f} s"
@@ -271,8 +295,12 @@ def run_coordinator(cfg: ServerConfig) -> int:
     try:
         return asyncio.run(serve(cfg))
     except (StoreError, LogError, ValueError, OSError) as e:
-        log.error("%s", e)
-        print(f"regroup coordinator: {e}", file=sys.stderr)
+        text = str(e)
+        spec = cfg.log_spec
+        if spec and redact_spec(spec) != spec:  # the log spec's options may carry a password
+            text = text.replace(spec, redact_spec(spec))
+        log.error("%s", text)
+        print(f"regroup coordinator: {text}", file=sys.stderr)
         return 2
 
 
@@ -305,14 +333,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="requests waiting for the event loop beyond which new ones are shed")
     p.add_argument("--http", default=None, metavar="HOST:PORT",
                    help="serve the dashboard and its JSON API here (port 0: any; off by default)")
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", type=str.lower, choices=[lv.value for lv in LogLevel],
+                   default=LogLevel.INFO.value, help="log to stderr from this level on (default info)")
     return p
 
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure(args.log_level)
     sys.exit(run_coordinator(ServerConfig.from_args(args)))
 
 

@@ -9,6 +9,13 @@ service decides nothing about the protocol and validates nothing the core valida
 Fail-stop: if the store cannot write, or the core raises an unexpected exception in a call that
 changes state, memory may no longer match the disk. The service then refuses further calls and asks
 the server to stop; a restart recovers from the durable records.
+
+Logs (`regroup.coordinator.logs`): every step's membership changes as the core reported them (joins,
+leaves, take-overs, fences with their reason), every error answered to a client at warning (its code
+and message, never the call's metadata), unexpected exceptions at error with their traceback.
+
+A request body that is not the method's protobuf message never reaches a handler: its deserializer
+returns `Malformed` and the call is answered INVALID_ARGUMENT ("malformed Heartbeat request: ...").
 """
 
 from __future__ import annotations
@@ -18,14 +25,15 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Never, TypeVar
 
 import grpc
 import grpc.aio
 
 from regroup.coordinator import history as hist
+from regroup.coordinator.logs import instance_lookup, log_step
 from regroup.coordinator.metrics import Metrics
 from regroup.coordinator.runtime import Effects, Runtime
 from regroup.coordinator.sources import TopicRefresher
@@ -34,7 +42,7 @@ from regroup.coordinator.watch import CLOSED, TooManyWatchers, Watchers
 from regroup.protocol.coordinator import Coordinator, Outcome
 from regroup.protocol.describe import GroupDescription
 from regroup.protocol.errors import ErrorCode, ProtocolError
-from regroup.protocol.messages import Ack, HeartbeatResponse, OffsetFetchResponse
+from regroup.protocol.messages import STATIC_LEAVE_EPOCH, Ack, HeartbeatResponse, OffsetFetchResponse
 from regroup.protocol.shard import Shard
 from regroup.protocol.streams.messages import StreamsHeartbeatResponse
 from regroup.protocol.timers import MemberKey
@@ -62,6 +70,42 @@ def unix_ms() -> int:
 
 class _Stopped(Exception):
     """The service hit a fatal condition and refuses calls until restarted."""
+
+
+@dataclass(frozen=True, slots=True)
+class Malformed:
+    """What a request deserializer gives for bytes that are not the method's protobuf message (or
+    not valid UTF-8 in a string field); the handler's guard answers it INVALID_ARGUMENT."""
+
+    method: str
+    detail: str
+
+    @property
+    def message(self) -> str:
+        return f"malformed {self.method} request: {self.detail}"
+
+
+def request_parser(method: str, message_type: Any) -> Callable[[bytes], Any]:
+    """``message_type.FromString`` that returns `Malformed` instead of raising (gRPC would answer
+    UNKNOWN with the decoder's exception)."""
+    parse = message_type.FromString
+    name = message_type.DESCRIPTOR.full_name
+
+    def deserialize(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except Exception as e:  # DecodeError; whatever else the decoder may raise on hostile bytes
+            text = str(e)
+            if text.startswith("Error parsing message") and ": " in text:
+                text = text.split(": ", 1)[1]
+            detail = f"not a valid {name} message" + (f" ({text[:1].lower()}{text[1:200]})" if text else "")
+            return Malformed(method, detail)
+    return deserialize
+
+
+def _peer(context: Ctx | None) -> str:
+    peer = context.peer() if context is not None else None
+    return peer or "a client"
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,8 +201,9 @@ class CoordinatorService:
 
     # ================================================================= the runtime's doors
     def _step(self, decide: Callable[[Coordinator], Outcome[R]], requester: MemberKey | None = None,
-              ) -> Effects[R]:
-        """Run one state-changing call through the runtime and perform its effects."""
+              instance_id: str | None = None) -> Effects[R]:
+        """Run one state-changing call through the runtime and perform its effects (``instance_id``:
+        the requester's claim, for the log of a member that is gone after the step)."""
         if self.fatal_reason:
             raise _Stopped(self.fatal_reason)
         core_seconds: list[float] = []
@@ -183,7 +228,7 @@ class CoordinatorService:
             raise _Stopped(self.fatal_reason) from e
         if eff.installed_target:
             self.metrics.assignment_seconds.observe(core_seconds[0])
-        self._perform(eff)
+        self._perform(eff, requester, instance_id)
         return eff
 
     async def _ask(self, answer: Callable[[Coordinator], R]) -> R:
@@ -198,7 +243,12 @@ class CoordinatorService:
             raise _Stopped(str(e)) from e
         return eff.response
 
-    def _perform(self, eff: Effects[Any]) -> None:
+    def _perform(self, eff: Effects[Any], requester: MemberKey | None = None,
+                 instance_id: str | None = None) -> None:
+        if eff.epoch_events or eff.fences or eff.departed:
+            claimed = {requester: instance_id} if requester is not None else None
+            log_step(log, eff.epoch_events, eff.fences, eff.departed, instance_lookup(self.coord, claimed),
+                     requester)
         if eff.records:
             self.history.apply(eff.history)
             self.metrics.observe_records(eff.records)
@@ -210,8 +260,6 @@ class CoordinatorService:
             self.clients.pop(key, None)
         for note in eff.notes:
             log.warning("%s", note)
-        for line in eff.fence_lines():
-            log.info("%s", line)
         for f in eff.fences:
             self.metrics.fenced.labels(f.group_id).inc()
         if eff.nudges:
@@ -271,18 +319,18 @@ class CoordinatorService:
     # ================================================================= heartbeat and watch
     async def heartbeat(self, request: pb.HeartbeatRequest, context: Ctx) -> pb.HeartbeatResponse:
         return await self._member_heartbeat(
-            request, context, wire.heartbeat_request_from_pb, lambda c, req: c.heartbeat(req, self.clock()),
-            wire.heartbeat_response_to_pb, HeartbeatResponse)
+            "Heartbeat", request, context, wire.heartbeat_request_from_pb,
+            lambda c, req: c.heartbeat(req, self.clock()), wire.heartbeat_response_to_pb, HeartbeatResponse)
 
     async def streams_heartbeat(self, request: pb.StreamsHeartbeatRequest, context: Ctx,
                                 ) -> pb.StreamsHeartbeatResponse:
         """A streams member's heartbeat: the consumer heartbeat's path, with tasks in roles."""
         return await self._member_heartbeat(
-            request, context, streams_wire.streams_heartbeat_request_from_pb,
+            "StreamsHeartbeat", request, context, streams_wire.streams_heartbeat_request_from_pb,
             lambda c, req: c.streams_heartbeat(req, self.clock()),
             streams_wire.streams_heartbeat_response_to_pb, StreamsHeartbeatResponse)
 
-    async def _member_heartbeat(self, request: Any, context: Ctx, decode: Callable[[Any], Any],
+    async def _member_heartbeat(self, method: str, request: Any, context: Ctx, decode: Callable[[Any], Any],
                                 call: Callable[[Coordinator, Any], Outcome[Any]], encode: Callable[[Any], R],
                                 refused: Callable[..., Any]) -> R:
         """Either kind of heartbeat: decode (a malformed one is INVALID_REQUEST), one step through
@@ -294,30 +342,41 @@ class CoordinatorService:
             resp = refused(ErrorCode.INVALID_REQUEST, str(e), request.member_id, request.member_epoch,
                            self.coord.config.heartbeat_interval_ms)
             self._hb_counters[resp.error].inc()
+            self._refused(method, resp.error, resp.message, context, (request.group_id, request.member_id))
             return encode(resp)
         key = (req.group_id, req.member_id)
-        eff = self._step(lambda c: call(c, req), key)
+        eff = self._step(lambda c: call(c, req), key, req.instance_id)
         resp = eff.response
         if resp.error is ErrorCode.NONE and resp.member_epoch >= 0:
             self._seen(key, context)
         await self._released(eff)
         self._hb_counters[resp.error].inc()
         self.metrics.heartbeat_latency.observe(time.perf_counter() - t0)
+        if resp.error is not ErrorCode.NONE:
+            self._refused(method, resp.error, resp.message, context, key)
+        elif req.member_epoch == STATIC_LEAVE_EPOCH:
+            # No epoch moves, so the core reports no cause: the answer is the news.
+            log.info("group %r: member %r (instance %r) stepped out; it keeps its assignment until its "
+                     "session times out", req.group_id, req.member_id, req.instance_id)
         return encode(resp)
 
     async def heartbeat_stream(self, requests: AsyncIterator[pb.HeartbeatRequest], context: Ctx,
-                               ) -> AsyncIterator[pb.HeartbeatResponse]:
+                               ) -> AsyncGenerator[pb.HeartbeatResponse, None]:
         """Heartbeats on one stream, answered in order (see proto: HeartbeatStream)."""
         self.metrics.heartbeat_streams.inc()
         try:
             async for request in requests:
+                if isinstance(request, Malformed):
+                    await self._abort(context, "HeartbeatStream", grpc.StatusCode.INVALID_ARGUMENT,
+                                      request.message)
                 if self.fatal_reason:
-                    await context.abort(grpc.StatusCode.UNAVAILABLE,
-                                        f"the coordinator is stopping: {self.fatal_reason}")
+                    await self._abort(context, "HeartbeatStream", grpc.StatusCode.UNAVAILABLE,
+                                      f"the coordinator is stopping: {self.fatal_reason}")
                 try:
                     yield await self.heartbeat(request, context)
                 except _Stopped as e:
-                    await context.abort(grpc.StatusCode.UNAVAILABLE, f"the coordinator is stopping: {e}")
+                    await self._abort(context, "HeartbeatStream", grpc.StatusCode.UNAVAILABLE,
+                                      f"the coordinator is stopping: {e}")
         finally:
             self.metrics.heartbeat_streams.dec()
 
@@ -333,12 +392,13 @@ class CoordinatorService:
                 break
         self.clients[key] = (client_id, _host_of(context.peer() or ""), self.clock())
 
-    async def watch(self, request: pb.WatchRequest, context: Ctx) -> AsyncIterator[pb.Nudge]:
+    async def watch(self, request: pb.WatchRequest, context: Ctx) -> AsyncGenerator[pb.Nudge, None]:
         key = (request.group_id, request.member_id)
         # The ids check shows no state: no wait for durability here, where a nudge for this member
         # would be lost between the check and the subscription.
         ack = self.runtime.read(lambda c: c.watch(*key)).response
         if not ack.ok:
+            self._refused("Watch", ack.error, ack.message, context, key)
             yield pb.Nudge(kind=pb.NUDGE_KIND_SUBSCRIBED, group_id=request.group_id[:255],
                            member_id=request.member_id[:255], error=wire.error_to_pb(ack.error),
                            message=ack.message)
@@ -346,8 +406,7 @@ class CoordinatorService:
         try:
             queue = self.watchers.subscribe(key)
         except TooManyWatchers as e:
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
-            return
+            await self._abort(context, "Watch", grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
         try:
             yield pb.Nudge(kind=pb.NUDGE_KIND_SUBSCRIBED, group_id=key[0], member_id=key[1],
                            group_epoch=self._epoch_of(key[0]))
@@ -361,80 +420,80 @@ class CoordinatorService:
             self.watchers.unsubscribe(key, queue)
 
     # ================================================================= offsets
-    async def commit_offsets(self, request: pb.OffsetCommitRequest, _context: Ctx) -> pb.Ack:
+    async def commit_offsets(self, request: pb.OffsetCommitRequest, context: Ctx) -> pb.Ack:
         try:
             req = wire.commit_request_from_pb(request)
         except WireError as e:
-            return self._ack("CommitOffsets", Ack(ErrorCode.INVALID_REQUEST, str(e)))
+            return self._ack("CommitOffsets", Ack(ErrorCode.INVALID_REQUEST, str(e)), context)
         ack = await self._released(self._step(lambda c: c.commit_offsets(req, self.clock())))
-        return self._ack("CommitOffsets", ack)
+        return self._ack("CommitOffsets", ack, context)
 
-    async def fetch_offsets(self, request: pb.OffsetFetchRequest, _context: Ctx) -> pb.OffsetFetchResponse:
+    async def fetch_offsets(self, request: pb.OffsetFetchRequest, context: Ctx) -> pb.OffsetFetchResponse:
         try:
             req = wire.fetch_request_from_pb(request)
         except WireError as e:
             resp = OffsetFetchResponse(ErrorCode.INVALID_REQUEST, str(e))
         else:
             resp = await self._ask(lambda c: c.fetch_offsets(req))
-        self._count("FetchOffsets", resp.error)
+        self._count("FetchOffsets", resp.error, resp.message, context)
         return wire.fetch_response_to_pb(resp)
 
-    async def reset_offsets(self, request: pb.ResetOffsetsRequest, _context: Ctx) -> pb.Ack:
+    async def reset_offsets(self, request: pb.ResetOffsetsRequest, context: Ctx) -> pb.Ack:
         try:
             req = wire.reset_request_from_pb(request)
         except WireError as e:
-            return self._ack("ResetOffsets", Ack(ErrorCode.INVALID_REQUEST, str(e)))
+            return self._ack("ResetOffsets", Ack(ErrorCode.INVALID_REQUEST, str(e)), context)
         ack = await self._released(self._step(lambda c: c.reset_offsets(req, self.clock())))
-        return self._ack("ResetOffsets", ack)
+        return self._ack("ResetOffsets", ack, context)
 
-    async def delete_offsets(self, request: pb.DeleteOffsetsRequest, _context: Ctx) -> pb.Ack:
+    async def delete_offsets(self, request: pb.DeleteOffsetsRequest, context: Ctx) -> pb.Ack:
         try:
             group_id, shards = wire.delete_offsets_from_pb(request)
         except WireError as e:
-            return self._ack("DeleteOffsets", Ack(ErrorCode.INVALID_REQUEST, str(e)))
+            return self._ack("DeleteOffsets", Ack(ErrorCode.INVALID_REQUEST, str(e)), context)
         ack = await self._released(self._step(lambda c: c.delete_offsets(group_id, shards)))
-        return self._ack("DeleteOffsets", ack)
+        return self._ack("DeleteOffsets", ack, context)
 
     # ================================================================= delegated assignment
-    async def get_assignment_spec(self, request: pb.AssignmentSpecRequest, _context: Ctx,
+    async def get_assignment_spec(self, request: pb.AssignmentSpecRequest, context: Ctx,
                                   ) -> pb.AssignmentSpecResponse:
         try:
             spec = await self._ask(lambda c: c.assignment_spec(request.group_id, request.member_id,
                                                                request.member_epoch))
         except ProtocolError as e:
-            self._count("GetAssignmentSpec", e.code)
+            self._count("GetAssignmentSpec", e.code, e.message, context)
             return pb.AssignmentSpecResponse(error=wire.error_to_pb(e.code), message=e.message)
         self._count("GetAssignmentSpec", ErrorCode.NONE)
         return wire.spec_response_to_pb(spec)
 
-    async def install_assignment(self, request: pb.InstallAssignmentRequest, _context: Ctx) -> pb.Ack:
+    async def install_assignment(self, request: pb.InstallAssignmentRequest, context: Ctx) -> pb.Ack:
         try:
             assignment: dict[str, Iterable[Shard]] = dict(wire.install_assignment_from_pb(request))
         except WireError as e:
-            return self._ack("InstallAssignment", Ack(ErrorCode.INVALID_REQUEST, str(e)))
+            return self._ack("InstallAssignment", Ack(ErrorCode.INVALID_REQUEST, str(e)), context)
         ack = await self._released(self._step(lambda c: c.install_assignment(
             request.group_id, request.member_id, request.member_epoch, request.group_epoch, assignment,
             self.clock())))
-        return self._ack("InstallAssignment", ack)
+        return self._ack("InstallAssignment", ack, context)
 
     # ================================================================= administration
-    async def describe_group(self, request: pb.DescribeGroupRequest, _context: Ctx,
+    async def describe_group(self, request: pb.DescribeGroupRequest, context: Ctx,
                              ) -> pb.DescribeGroupResponse:
         try:
             details = await self.group_details(request.group_id)
         except ProtocolError as e:  # also: deleted while we asked the log
-            self._count("DescribeGroup", e.code)
+            self._count("DescribeGroup", e.code, e.message, context)
             return pb.DescribeGroupResponse(error=wire.error_to_pb(e.code), message=e.message)
         self._count("DescribeGroup", ErrorCode.NONE)
         return pb.DescribeGroupResponse(error=wire.error_to_pb(ErrorCode.NONE),
                                         group=wire.group_details_to_pb(details))
 
-    async def describe_streams_group(self, request: pb.DescribeGroupRequest, _context: Ctx,
+    async def describe_streams_group(self, request: pb.DescribeGroupRequest, context: Ctx,
                                      ) -> pb.DescribeStreamsGroupResponse:
         try:
             d = await self._ask(lambda c: c.describe_streams_group(request.group_id))
         except ProtocolError as e:
-            self._count("DescribeStreamsGroup", e.code)
+            self._count("DescribeStreamsGroup", e.code, e.message, context)
             return pb.DescribeStreamsGroupResponse(error=wire.error_to_pb(e.code), message=e.message)
         self._count("DescribeStreamsGroup", ErrorCode.NONE)
         return pb.DescribeStreamsGroupResponse(error=wire.error_to_pb(ErrorCode.NONE),
@@ -509,9 +568,9 @@ class CoordinatorService:
         self._count("ListGroups", ErrorCode.NONE)
         return wire.list_groups_to_pb(consumer, streams)
 
-    async def delete_group(self, request: pb.DeleteGroupRequest, _context: Ctx) -> pb.Ack:
+    async def delete_group(self, request: pb.DeleteGroupRequest, context: Ctx) -> pb.Ack:
         ack = await self._released(self._step(lambda c: c.delete_group(request.group_id)))
-        return self._ack("DeleteGroup", ack)
+        return self._ack("DeleteGroup", ack, context)
 
     async def topics(self, _request: pb.TopicsRequest, _context: Ctx) -> pb.TopicsResponse:
         return wire.topics_to_pb(self._topics_info())
@@ -528,12 +587,27 @@ class CoordinatorService:
         return TopicsInfo(dict(self.coord.topics), r.age_ms, r.error)
 
     # ================================================================= helpers
-    def _ack(self, method: str, ack: Ack) -> pb.Ack:
-        self._count(method, ack.error)
+    def _ack(self, method: str, ack: Ack, context: Ctx) -> pb.Ack:
+        self._count(method, ack.error, ack.message, context)
         return wire.ack_to_pb(ack)
 
-    def _count(self, method: str, code: ErrorCode) -> None:
+    def _count(self, method: str, code: ErrorCode, message: str = "", context: Ctx | None = None) -> None:
         self.metrics.requests.labels(method, code.value).inc()
+        if code is not ErrorCode.NONE:
+            self._refused(method, code, message, context)
+
+    @staticmethod
+    def _refused(method: str, code: ErrorCode, message: str, context: Ctx | None,
+                 key: tuple[str, str] | None = None) -> None:
+        """An error answered to a client, in the log (warning): the call, the client, code and message."""
+        about = f" (group {key[0]!r}, member {key[1]!r})" if key is not None else ""
+        log.warning("%s from %s%s answered %s: %s", method, _peer(context), about, code.value, message)
+
+    @staticmethod
+    async def _abort(context: Ctx, method: str, status: grpc.StatusCode, message: str) -> Never:
+        """End the call with a gRPC status (not a protocol answer), and say so in the log."""
+        log.warning("%s from %s ended with %s: %s", method, _peer(context), status.name, message)
+        await context.abort(status, message)
 
     # ================================================================= gRPC wiring
     def handler(self) -> grpc.GenericRpcHandler:
@@ -542,58 +616,92 @@ class CoordinatorService:
 
     def method_handlers(self) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
         """Handlers by method name, as declared in proto/regroup.proto."""
-        def unary(fn: Callable[[Any, Ctx], Awaitable[Any]], req: Any, resp: Any,
-                  ) -> grpc.RpcMethodHandler[Any, Any]:
-            return grpc.unary_unary_rpc_method_handler(self._guarded(fn), request_deserializer=req.FromString,
-                                                       response_serializer=resp.SerializeToString)
+        def unary(name: str, fn: Callable[[Any, Ctx], Awaitable[Any]], req: Any, resp: Any,
+                  ) -> tuple[str, grpc.RpcMethodHandler[Any, Any]]:
+            return name, grpc.unary_unary_rpc_method_handler(
+                self._guarded(name, fn), request_deserializer=request_parser(name, req),
+                response_serializer=resp.SerializeToString)
 
-        methods: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
-            "Heartbeat": unary(self.heartbeat, pb.HeartbeatRequest, pb.HeartbeatResponse),
-            "HeartbeatStream": grpc.stream_stream_rpc_method_handler(
-                self.heartbeat_stream, request_deserializer=pb.HeartbeatRequest.FromString,
-                response_serializer=pb.HeartbeatResponse.SerializeToString),
-            "Watch": grpc.unary_stream_rpc_method_handler(
-                self.watch, request_deserializer=pb.WatchRequest.FromString,
-                response_serializer=pb.Nudge.SerializeToString),
-            "CommitOffsets": unary(self.commit_offsets, pb.OffsetCommitRequest, pb.Ack),
-            "FetchOffsets": unary(self.fetch_offsets, pb.OffsetFetchRequest, pb.OffsetFetchResponse),
-            "GetAssignmentSpec": unary(self.get_assignment_spec, pb.AssignmentSpecRequest,
-                                       pb.AssignmentSpecResponse),
-            "InstallAssignment": unary(self.install_assignment, pb.InstallAssignmentRequest, pb.Ack),
-            "DescribeGroup": unary(self.describe_group, pb.DescribeGroupRequest, pb.DescribeGroupResponse),
-            "ListGroups": unary(self.list_groups, pb.ListGroupsRequest, pb.ListGroupsResponse),
-            "DeleteGroup": unary(self.delete_group, pb.DeleteGroupRequest, pb.Ack),
-            "ResetOffsets": unary(self.reset_offsets, pb.ResetOffsetsRequest, pb.Ack),
-            "DeleteOffsets": unary(self.delete_offsets, pb.DeleteOffsetsRequest, pb.Ack),
-            "Topics": unary(self.topics, pb.TopicsRequest, pb.TopicsResponse),
-            "RefreshTopics": unary(self.refresh_topics, pb.TopicsRequest, pb.TopicsResponse),
-            "StreamsHeartbeat": unary(self.streams_heartbeat, pb.StreamsHeartbeatRequest,
-                                      pb.StreamsHeartbeatResponse),
-            "DescribeStreamsGroup": unary(self.describe_streams_group, pb.DescribeGroupRequest,
-                                          pb.DescribeStreamsGroupResponse),
-        }
+        methods: dict[str, grpc.RpcMethodHandler[Any, Any]] = dict([
+            unary("Heartbeat", self.heartbeat, pb.HeartbeatRequest, pb.HeartbeatResponse),
+            ("HeartbeatStream", grpc.stream_stream_rpc_method_handler(
+                self._guarded_stream("HeartbeatStream", self.heartbeat_stream),
+                request_deserializer=request_parser("HeartbeatStream", pb.HeartbeatRequest),
+                response_serializer=pb.HeartbeatResponse.SerializeToString)),
+            ("Watch", grpc.unary_stream_rpc_method_handler(
+                self._guarded_stream("Watch", self.watch),
+                request_deserializer=request_parser("Watch", pb.WatchRequest),
+                response_serializer=pb.Nudge.SerializeToString)),
+            unary("CommitOffsets", self.commit_offsets, pb.OffsetCommitRequest, pb.Ack),
+            unary("FetchOffsets", self.fetch_offsets, pb.OffsetFetchRequest, pb.OffsetFetchResponse),
+            unary("GetAssignmentSpec", self.get_assignment_spec, pb.AssignmentSpecRequest,
+                  pb.AssignmentSpecResponse),
+            unary("InstallAssignment", self.install_assignment, pb.InstallAssignmentRequest, pb.Ack),
+            unary("DescribeGroup", self.describe_group, pb.DescribeGroupRequest, pb.DescribeGroupResponse),
+            unary("ListGroups", self.list_groups, pb.ListGroupsRequest, pb.ListGroupsResponse),
+            unary("DeleteGroup", self.delete_group, pb.DeleteGroupRequest, pb.Ack),
+            unary("ResetOffsets", self.reset_offsets, pb.ResetOffsetsRequest, pb.Ack),
+            unary("DeleteOffsets", self.delete_offsets, pb.DeleteOffsetsRequest, pb.Ack),
+            unary("Topics", self.topics, pb.TopicsRequest, pb.TopicsResponse),
+            unary("RefreshTopics", self.refresh_topics, pb.TopicsRequest, pb.TopicsResponse),
+            unary("StreamsHeartbeat", self.streams_heartbeat, pb.StreamsHeartbeatRequest,
+                  pb.StreamsHeartbeatResponse),
+            unary("DescribeStreamsGroup", self.describe_streams_group, pb.DescribeGroupRequest,
+                  pb.DescribeStreamsGroupResponse),
+        ])
         return methods
 
-    def _guarded(self, fn: Callable[[Any, Ctx], Awaitable[R]]) -> Callable[[Any, Ctx], Awaitable[R]]:
-        """Map the service's own failures to gRPC statuses (never a protocol error code)."""
+    def _guarded(self, method: str, fn: Callable[[Any, Ctx], Awaitable[R]],
+                 ) -> Callable[[Any, Ctx], Awaitable[R]]:
+        """Map the service's own failures to gRPC statuses (never a protocol error code): a malformed
+        request INVALID_ARGUMENT, a stopping service UNAVAILABLE, anything unexpected INTERNAL."""
         @functools.wraps(fn)
         async def call(request: Any, context: Ctx) -> R:
+            if isinstance(request, Malformed):
+                await self._abort(context, method, grpc.StatusCode.INVALID_ARGUMENT, request.message)
             if self.fatal_reason:
-                await context.abort(grpc.StatusCode.UNAVAILABLE,
-                                    f"the coordinator is stopping: {self.fatal_reason}")
+                await self._abort(context, method, grpc.StatusCode.UNAVAILABLE,
+                                  f"the coordinator is stopping: {self.fatal_reason}")
             try:
                 return await fn(request, context)
             except _Stopped as e:
-                await context.abort(grpc.StatusCode.UNAVAILABLE, f"the coordinator is stopping: {e}")
+                await self._abort(context, method, grpc.StatusCode.UNAVAILABLE,
+                                  f"the coordinator is stopping: {e}")
             except asyncio.CancelledError:
-                log.debug("%s cancelled (the client went away or the server is stopping)", fn.__name__)
+                log.debug("%s cancelled (the client went away or the server is stopping)", method)
                 raise
             except Exception as e:
                 if isinstance(e, grpc.aio.AbortError):
                     raise
-                log.exception("unexpected error in %s", fn.__name__)
+                log.exception("unexpected error in %s from %s", method, _peer(context))
                 await context.abort(grpc.StatusCode.INTERNAL, f"unexpected error: {type(e).__name__}")
-            raise AssertionError("unreachable")  # abort() raises
+        return call
+
+    def _guarded_stream(self, method: str, fn: Callable[[Any, Ctx], AsyncGenerator[R, None]],
+                        ) -> Callable[[Any, Ctx], AsyncGenerator[R, None]]:
+        """`_guarded` for a call that answers with a stream (a request stream checks its own messages)."""
+        @functools.wraps(fn)
+        async def call(request: Any, context: Ctx) -> AsyncGenerator[R, None]:
+            if isinstance(request, Malformed):
+                await self._abort(context, method, grpc.StatusCode.INVALID_ARGUMENT, request.message)
+            if self.fatal_reason:
+                await self._abort(context, method, grpc.StatusCode.UNAVAILABLE,
+                                  f"the coordinator is stopping: {self.fatal_reason}")
+            try:
+                async with contextlib.aclosing(fn(request, context)) as answers:
+                    async for answer in answers:
+                        yield answer
+            except _Stopped as e:
+                await self._abort(context, method, grpc.StatusCode.UNAVAILABLE,
+                                  f"the coordinator is stopping: {e}")
+            except asyncio.CancelledError:
+                log.debug("%s cancelled (the client went away or the server is stopping)", method)
+                raise
+            except Exception as e:
+                if isinstance(e, grpc.aio.AbortError):
+                    raise
+                log.exception("unexpected error in %s from %s", method, _peer(context))
+                await context.abort(grpc.StatusCode.INTERNAL, f"unexpected error: {type(e).__name__}")
         return call
 
 
