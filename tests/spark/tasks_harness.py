@@ -134,25 +134,41 @@ class Sink:
         with self.lock:
             return sum(b - a for _, _, a, b in map(parse_key, self.batches))
 
-    def check(self, produced: list[int]) -> None:
-        """Every partition's batches tile [0, produced) exactly, and the output is the batch job's."""
+    def covers(self, produced: list[int]) -> bool:
+        """Whether the batches tile every partition's produced records (orphans aside)."""
+        with self.lock:
+            keys = list(self.batches)
+        per_partition: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
+        for key in keys:
+            _, p, a, b = parse_key(key)
+            if a < b:
+                per_partition[p].append((a, b, key))
+        return all(_tiling(sorted(per_partition[p]), n) is not None for p, n in enumerate(produced))
+
+    def check(self, produced: list[int], *, orphans: int = 0) -> list[str]:
+        """Every partition's batches tile [0, produced) exactly, and the output is the batch job's.
+
+        ``orphans``: how many batches may lie off the tiling — batches a killed or fenced member
+        produced and never committed, which its successor ran again with other boundaries (at least
+        once across unclean ends). Each must start where a committed batch ended. Returns them."""
         with self.lock:
             batches = dict(self.batches)
         per_partition: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
         for key in batches:
             _, p, a, b = parse_key(key)
-            per_partition[p].append((a, b, key))
+            if a < b:  # a batch without records (a watermark's) is keyed by its position
+                per_partition[p].append((a, b, key))
         final: dict[tuple[Any, ...], Any] = {}
+        off: list[str] = []
         for p, n in enumerate(produced):
-            ranges = sorted(per_partition[p])
-            at = 0
-            for a, b, key in ranges:
-                if a == b:
-                    continue  # a batch without records (a watermark's), keyed by its position
-                assert a == at, f"partition {p}: batch {key} starts at {a}, expected {at} ({ranges})"
-                at = b
-            assert at == n, f"partition {p}: output covers up to {at} of {n} records"
-            for _a, _b, key in ranges:
+            chain = _tiling(sorted(per_partition[p]), n)
+            assert chain is not None, f"partition {p}: the batches do not tile [0, {n}): {per_partition[p]}"
+            on = {key for _, _, key in chain}
+            extra = [(a, b, key) for a, b, key in per_partition[p] if key not in on]
+            starts = {a for a, _, _ in chain}
+            assert all(a in starts for a, _, _ in extra), f"partition {p}: stray batches {extra}"
+            off += [key for _, _, key in extra]
+            for _a, _b, key in chain:
                 for row in batches[key]:
                     rk = (p, *row_key(self.kind, row))
                     if self.kind == "dedup":
@@ -162,6 +178,26 @@ class Sink:
                         final[rk] = row["count"]
         want = expected(self.kind, produced)
         assert final == want, _diff(final, want)
+        assert len(off) <= orphans, f"{len(off)} batches off the tiling (allowed {orphans}): {off}"
+        return off
+
+
+def _tiling(ranges: list[tuple[int, int, str]], n: int) -> list[tuple[int, int, str]] | None:
+    """A chain of ranges from 0 to n (depth first; few ranges start at one offset)."""
+    by_start: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
+    for r in ranges:
+        by_start[r[0]].append(r)
+
+    def walk(at: int) -> list[tuple[int, int, str]] | None:
+        if at == n:
+            return []
+        for r in sorted(by_start.get(at, []), key=lambda r: -r[1]):
+            rest = walk(r[1])
+            if rest is not None:
+                return [r, *rest]
+        return None
+
+    return walk(0)
 
 
 def _diff(got: dict[Any, Any], want: dict[Any, Any]) -> str:

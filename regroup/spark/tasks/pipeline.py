@@ -365,6 +365,8 @@ class StreamsPipeline:
                 try:
                     self.membership.commit(end, format_record(CheckpointRecord(q.directory, batch_id)))
                 except CommitFailedError as e:
+                    log.warning("task %s: commit of batch %d refused, stopping its query: %s", q.task,
+                                batch_id, e)
                     with q.lock:
                         q.fenced = True
                     raise TaskFencedError(f"task {q.task}: commit of batch {batch_id} refused: {e}") from e
