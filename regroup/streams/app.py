@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from regroup.client.errors import CommitFailedError, OffsetFetchError
+from regroup.client.streams_membership import StreamsMembership
 from regroup.log import open_log
 from regroup.log.base import ConsumedRecord, LogRecord, PartitionedLog
 from regroup.protocol.member import Fatal
@@ -50,7 +51,6 @@ from regroup.protocol.streams.topology import TaskId, Topology
 from regroup.rpc.client import CoordinatorClient
 from regroup.streams.changelog import changelog_topic, format_commit_metadata, resume_point
 from regroup.streams.errors import StateStoreError
-from regroup.client.streams_membership import StreamsMembership
 from regroup.streams.store import TaskStore
 
 __all__ = ["ProcessFn", "StreamsApp", "StreamsError", "TaskContext"]

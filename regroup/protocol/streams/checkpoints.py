@@ -94,7 +94,10 @@ def parse_record(metadata: str) -> CheckpointRecord | None:
         return None
     try:
         raw = json.loads(metadata[len(CHECKPOINT_METADATA_PREFIX):])
-        return CheckpointRecord(str(raw["dir"]), raw["batch"])
+        directory = raw["dir"]
+        if not isinstance(directory, str):
+            raise TypeError(f"the directory must be a string, got {directory!r}")
+        return CheckpointRecord(directory, raw["batch"])
     except (ValueError, KeyError, TypeError) as e:
         raise ValueError(f"malformed checkpoint record in the commit metadata {metadata!r}: {e}") from None
 

@@ -65,7 +65,14 @@ def batch_ends(checkpoint: Path, batch: int) -> dict[Shard, int] | None:
         raw = json.loads(lines[2])
         if isinstance(raw, str):  # Python data sources' offsets are logged as a JSON string
             raw = json.loads(raw)
-        return {parse_shard_key(k): int(v) for k, v in raw["ends"].items()}
+        if raw.get("v") != 1:
+            raise ValueError(f"offset version {raw.get('v')!r}, want 1")
+        ends: dict[Shard, int] = {}
+        for k, v in raw["ends"].items():
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"offset {v!r} of {k} is not an integer >= 0")
+            ends[parse_shard_key(k)] = v
+        return ends
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise CheckpointError(f"{path}: the task source's offset is unreadable ({e}); "
                               "was this checkpoint written by another query?") from None
@@ -80,17 +87,20 @@ def copy_batch(source: Path, target: Path, batch: int) -> None:
         raise CheckpointError(f"{source} has no batch {batch} in its offset log (removed already, or "
                               "not this task's checkpoint)")
     temporary = target.with_name(target.name + ".copying")
-    for attempt in range(_COPY_ATTEMPTS):
+    try:
+        for attempt in range(_COPY_ATTEMPTS):
+            shutil.rmtree(temporary, ignore_errors=True)
+            try:
+                _copy_once(source, temporary, batch)
+            except FileNotFoundError:
+                if attempt == _COPY_ATTEMPTS - 1:
+                    raise CheckpointError(f"{source} kept changing while it was copied "
+                                          f"({_COPY_ATTEMPTS} attempts)") from None
+                continue
+            temporary.rename(target)
+            return
+    finally:
         shutil.rmtree(temporary, ignore_errors=True)
-        try:
-            _copy_once(source, temporary, batch)
-        except FileNotFoundError:
-            if attempt == _COPY_ATTEMPTS - 1:
-                raise CheckpointError(f"{source} kept changing while it was copied "
-                                      f"({_COPY_ATTEMPTS} attempts)") from None
-            continue
-        temporary.rename(target)
-        return
 
 
 def _copy_once(source: Path, target: Path, batch: int) -> None:
@@ -119,8 +129,8 @@ def _wanted(rel: Path, batch: int, newest_version: int) -> bool:
     if rel.parts[0] in ("offsets", "commits") and len(rel.parts) == 2:
         bare = name[1:-4] if name.startswith(".") and name.endswith(".crc") else name
         return not bare.isdigit() or int(bare) <= batch
-    if rel.parts[0] == "metadata" or name == ".metadata.crc":
-        return name == "metadata"  # rewritten (new id): its old checksum would not match
+    if rel in (Path("metadata"), Path(".metadata.crc")):
+        return rel == Path("metadata")  # rewritten (new id): its old checksum would not match
     if rel.parts[0] == "state":
         version = state_file_version(name)
         return version is None or version <= newest_version
@@ -133,5 +143,7 @@ def _write_metadata(path: Path, out: Path) -> None:
         meta = json.loads(path.read_text())
     except ValueError as e:
         raise CheckpointError(f"{path} is not a Spark checkpoint's metadata: {e}") from None
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{path} is not a Spark checkpoint's metadata: not a JSON object")
     meta["id"] = str(uuid.uuid4())
     out.write_text(json.dumps(meta))

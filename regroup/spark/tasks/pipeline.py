@@ -48,6 +48,7 @@ from regroup.protocol.streams.checkpoints import (
     CheckpointRecord,
     LocalCopy,
     StartFrom,
+    StartPlan,
     batch_key,
     caught_up,
     checkpoint_directory,
@@ -277,7 +278,7 @@ class StreamsPipeline:
         if plan.how is StartFrom.RESUME and plan.directory is not None and record is not None:
             done = last_committed_batch(self.root / plan.directory)
             if done is not None and done > record.batch:  # batches nobody accepted: copy the record
-                plan = plan_start(committed=committed, record=record, process_id="", local=None)
+                plan = StartPlan(StartFrom.COPY, record.directory, record.batch)
         if plan.how is StartFrom.PROMOTE:
             assert q is not None
             log.info("task %s: %s copy here becomes %s (at %s, committed %s)", task, q.role, role,
