@@ -319,14 +319,17 @@ class CoordinatorService:
     # ================================================================= heartbeat and watch
     async def heartbeat(self, request: pb.HeartbeatRequest, context: Ctx) -> pb.HeartbeatResponse:
         return await self._member_heartbeat(
-            "Heartbeat", request, context, wire.heartbeat_request_from_pb,
+            "Heartbeat", request, context,
+            lambda msg: wire.heartbeat_request_from_pb(msg, self.coord.config.max_owned_shards),
             lambda c, req: c.heartbeat(req, self.clock()), wire.heartbeat_response_to_pb, HeartbeatResponse)
 
     async def streams_heartbeat(self, request: pb.StreamsHeartbeatRequest, context: Ctx,
                                 ) -> pb.StreamsHeartbeatResponse:
         """A streams member's heartbeat: the consumer heartbeat's path, with tasks in roles."""
         return await self._member_heartbeat(
-            "StreamsHeartbeat", request, context, streams_wire.streams_heartbeat_request_from_pb,
+            "StreamsHeartbeat", request, context,
+            lambda msg: streams_wire.streams_heartbeat_request_from_pb(
+                msg, self.coord.config.max_owned_shards),
             lambda c, req: c.streams_heartbeat(req, self.clock()),
             streams_wire.streams_heartbeat_response_to_pb, StreamsHeartbeatResponse)
 

@@ -142,7 +142,10 @@ class Coordinator:
                 apply(self.consumer.groups, r)
             adopted = self.streams.adopt_offsets(gid, moved)
             deleted = Outcome(None, tuple(gone), epoch_events=(GroupDeleted(gid),))
-            return merged(out.response, out, deleted, adopted)
+            # The consumer group's end comes first: whoever reads the events in order (the epoch
+            # history, the dashboard's timeline) drops what it kept under the id before the streams
+            # group's creation and first bump, not after.
+            return merged(out.response, deleted, out, adopted)
         return self.streams.heartbeat(req, now)
 
     # ---------------------------------------------------------------- delegation (consumer groups)

@@ -8,9 +8,12 @@
 Errors: protocol decisions come back inside the response objects as the core's `ErrorCode`
 (`HeartbeatResponse.error`, `Ack.error`, `OffsetFetchResponse.error`). Calls that return a plain value
 (`describe_group`, `assignment_spec`, `watch`) raise `RequestRejected(code, message)` instead.
-Transport trouble raises `CoordinatorUnavailable` (retry later) and a refused token
-`AuthenticationFailed`. The client never retries by itself: the member state machine decides when
-to try again. It is thread-safe (one channel, shared).
+A request the coordinator could not read at all (gRPC INVALID_ARGUMENT: "malformed Heartbeat
+request: ...", e.g. from a client of another version) is answered the same way as one its handler
+could not decode: INVALID_REQUEST, in the response object or as `RequestRejected` — sending it again
+fails again, so it is never `CoordinatorUnavailable`. Transport trouble raises `CoordinatorUnavailable`
+(retry later) and a refused token `AuthenticationFailed`. The client never retries by itself: the
+member state machine decides when to try again. It is thread-safe (one channel, shared).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any, TypeVar
 import grpc
 
 from regroup.protocol.coordinator import DelegatedSpec
+from regroup.protocol.errors import ErrorCode
 from regroup.protocol.messages import (
     Ack,
     HeartbeatRequest,
@@ -50,10 +54,19 @@ _CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.keepalive_timeout_ms", 10_000),
     ("grpc.keepalive_permit_without_calls", 1),
-    # Reconnect quickly after a coordinator restart (gRPC's default backoff grows to 2 minutes).
+    # Reconnect quickly after a coordinator restart: the next attempt 100 ms after a failed one, the
+    # pause growing to 2 s at most (gRPC's defaults: 1 s, growing to 2 minutes). While a coordinator
+    # restarts, its port refuses connections, so each attempt fails at once and only these pace them.
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 2_000),
+    # Despite its name, gRPC core reads this only as the least time one connection attempt is given
+    # (TCP connect, TLS, the server's HTTP/2 SETTINGS frame): an attempt's deadline is the later of
+    # "now + the backoff above" and "now + this". At 100 ms a busy machine failed connects ("connection
+    # attempt timed out before receiving SETTINGS frame"). 20 s is gRPC's own default (MIN_CONNECT_TIMEOUT
+    # in gRPC's doc/connection-backoff.md). It costs nothing when the coordinator is down (a refused
+    # connect fails at once, and the backoff above applies) nor when it is slow: each call's deadline
+    # (``timeout_s``) still bounds how long a caller waits.
+    ("grpc.min_reconnect_backoff_ms", 20_000),
 ]
 
 
@@ -197,7 +210,10 @@ class CoordinatorClient:
             if stream.timed_out:
                 raise CoordinatorUnavailable(
                     f"Heartbeat to coordinator {self.address} timed out after {self.timeout_s} s") from None
-            raise _translate(e, self.address, "Heartbeat") from None
+            error = _translate(e, self.address, "Heartbeat")
+            if isinstance(error, RequestRejected):  # the request was unreadable: refused, not lost
+                return _refusal(pb.HeartbeatResponse, error)
+            raise error from None
         except ValueError as e:  # the channel was closed under us
             self._hb_stream = None
             raise CoordinatorUnavailable(f"Heartbeat to {self.address}: {e}") from None
@@ -329,7 +345,10 @@ class CoordinatorClient:
             result: Resp = call(request, timeout=self.timeout_s, metadata=self._metadata)
             return result
         except grpc.RpcError as e:
-            raise _translate(e, self.address, method) from None
+            error = _translate(e, self.address, method)
+            if isinstance(error, RequestRejected) and _carries_error(response_type):
+                return _refusal(response_type, error)  # read where the caller reads every refusal
+            raise error from None
         except ValueError as e:  # grpc raises ValueError on a closed channel
             raise CoordinatorUnavailable(f"{method} to {self.address}: {e}") from None
 
@@ -349,9 +368,29 @@ class CoordinatorClient:
 
 
 def _translate(e: grpc.RpcError, address: str, method: str) -> Exception:
+    """A failed call as the client's exception. INVALID_ARGUMENT (the coordinator could not read the
+    request) is `RequestRejected` with INVALID_REQUEST, the code its handlers answer a request they
+    cannot decode with: a caller must not retry it as if the coordinator were away."""
     code = e.code() if hasattr(e, "code") else None
     details = e.details() if hasattr(e, "details") else str(e)
     if code == grpc.StatusCode.UNAUTHENTICATED:
         return AuthenticationFailed(f"coordinator {address} refused {method}: {details}")
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        return RequestRejected(ErrorCode.INVALID_REQUEST,
+                               f"coordinator {address} could not read the {method} request: {details} "
+                               "(client and coordinator versions differ?); sending it again will not help")
     name = code.name if code is not None else "UNKNOWN"
     return CoordinatorUnavailable(f"{method} to coordinator {address} failed ({name}): {details}")
+
+
+def _carries_error(response_type: Any) -> bool:
+    """Whether an answer of this type carries the core's `ErrorCode` and a message (`pb.Ack`,
+    `pb.HeartbeatResponse`, ...), where a refusal can be given to the caller."""
+    fields = response_type.DESCRIPTOR.fields_by_name
+    error = fields.get("error")
+    return (error is not None and error.enum_type is pb.ErrorCode.DESCRIPTOR
+            and "message" in fields)
+
+
+def _refusal(response_type: Callable[..., Resp], error: RequestRejected) -> Resp:
+    return response_type(error=pb.ERROR_CODE_INVALID_REQUEST, message=error.message)

@@ -10,6 +10,10 @@ for what is not a protocol decision:
 * `RequestRejected` — raised only by calls that return a value and not a response object
   (`describe_group`, `assignment_spec`, `watch`) when the core refused: carries ``code`` and ``message``.
 * `WireError` — a message that cannot be converted (a server answers it with INVALID_REQUEST).
+
+A request the coordinator could not read at all (gRPC INVALID_ARGUMENT, before any handler saw it) is
+refused like one a handler could not convert: INVALID_REQUEST, in the response object of calls that
+return one, as `RequestRejected` otherwise. Never `CoordinatorUnavailable`: sending it again fails again.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ class AuthenticationFailed(CoordinatorError):
 
 
 class RequestRejected(CoordinatorError):
-    """The protocol core refused a request whose client method returns a value, not a response."""
+    """The protocol core refused a request whose client method returns a value, not a response (or the
+    coordinator could not read the request: INVALID_REQUEST)."""
 
     def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(f"{code.value}: {message}")

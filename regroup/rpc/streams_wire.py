@@ -12,17 +12,21 @@
    equal messages.
 4. Decoding checks only what the protobuf types cannot say and the core's values cannot hold, and
    raises `WireError` naming the field (the server answers INVALID_REQUEST): a task listed twice in
-   one role, a task's offsets given twice or a source partition twice within one task, a source
-   topic listed twice in a subtopology, a topology that `Topology` itself refuses (no subtopology,
-   a blank or repeated id, a topic feeding two subtopologies: a value that cannot exist), a lag
-   given twice for one task, an enum value this version does not know. Everything else (ids,
-   epochs, negative partitions or offsets, a task in two roles, whether the topology fits the
-   topics) is the protocol core's validation, with the core's messages.
+   one role (found on the listed integers by the core's `tasks_from_listing`, before any task is
+   built), a request owning more tasks in all roles than the coordinator's ``max_owned_shards``
+   (counted as listed, before anything is built), a task's offsets given twice or a source
+   partition twice within one task, a source topic listed twice in a subtopology, a topology
+   that `Topology` itself refuses (no subtopology, a blank or repeated id, a topic feeding two
+   subtopologies: a value that cannot exist), a lag given twice for one task, an enum value this
+   version does not know. Everything else (ids, epochs, negative partitions or offsets, a task in
+   two roles, whether the topology fits the topics) is the protocol core's validation, with the
+   core's messages.
 5. A `StreamsGroupStatus` left out means ready, the core's default.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
@@ -35,6 +39,7 @@ from regroup.protocol.streams.describe import (
     StreamsMemberDescription,
     WarmupProgress,
 )
+from regroup.protocol.streams.fencing import tasks_from_listing
 from regroup.protocol.streams.messages import (
     READY,
     GroupStatus,
@@ -48,6 +53,7 @@ from regroup.rpc import regroup_pb2 as pb
 from regroup.rpc.errors import WireError
 from regroup.rpc.wire import (
     _STATUS_TO_PB,
+    DEFAULT_MAX_OWNED,
     _enum_map,
     _offsets_from_pb,
     _offsets_to_pb,
@@ -101,15 +107,11 @@ def _tasks_to_pb(tasks: Iterable[TaskId], out: RepeatedCompositeFieldContainer[p
         out.add(subtopology=sub, partitions=sorted(by_sub[sub]))
 
 
-def _tasks_from_pb(entries: Iterable[pb.SubtopologyTasks], where: str) -> frozenset[TaskId]:
-    out: set[TaskId] = set()
-    for e in entries:
-        for p in e.partitions:
-            task = TaskId(e.subtopology, p)
-            if task in out:
-                raise WireError(f"{where} lists task {task} twice; list each task once")
-            out.add(task)
-    return frozenset(out)
+def _tasks_from_pb(entries: Iterable[pb.SubtopologyTasks], where: str, limit: int) -> frozenset[TaskId]:
+    try:
+        return tasks_from_listing(where, ((e.subtopology, e.partitions) for e in entries), limit)
+    except ProtocolError as e:
+        raise WireError(e.message) from e
 
 
 def member_tasks_to_pb(tasks: MemberTasks, out: pb.MemberTasks | None = None) -> pb.MemberTasks:
@@ -122,11 +124,20 @@ def member_tasks_to_pb(tasks: MemberTasks, out: pb.MemberTasks | None = None) ->
     return msg
 
 
-def member_tasks_from_pb(msg: pb.MemberTasks, where: str = "tasks") -> MemberTasks:
-    """``where`` names the field in errors (``owned``, ``assignment``, ...)."""
-    return MemberTasks(_tasks_from_pb(msg.active, f"{where}.active"),
-                       _tasks_from_pb(msg.standby, f"{where}.standby"),
-                       _tasks_from_pb(msg.warmup, f"{where}.warmup"))
+def member_tasks_from_pb(msg: pb.MemberTasks, where: str = "tasks", limit: int | None = None) -> MemberTasks:
+    """``where`` names the field in errors (``owned``, ``assignment``, ...); ``limit`` bounds the tasks
+    listed in all roles together (a request's owned tasks: the coordinator's ``max_owned_shards``),
+    counted before any task is built."""
+    roles = (msg.active, msg.standby, msg.warmup)
+    if limit is None:
+        limit = sys.maxsize
+    else:
+        listed = sum(len(e.partitions) for role in roles for e in role)
+        if listed > limit:  # the core's words (`streams.fencing.validate`), before building anything
+            raise WireError(f"{where} lists {listed} tasks in all roles; the limit is {limit}")
+    return MemberTasks(_tasks_from_pb(msg.active, f"{where}.active", limit),
+                       _tasks_from_pb(msg.standby, f"{where}.standby", limit),
+                       _tasks_from_pb(msg.warmup, f"{where}.warmup", limit))
 
 
 # ---------------------------------------------------------------------------------------- topology
@@ -202,7 +213,9 @@ def streams_heartbeat_request_to_pb(req: StreamsHeartbeatRequest) -> pb.StreamsH
     return msg
 
 
-def streams_heartbeat_request_from_pb(msg: pb.StreamsHeartbeatRequest) -> StreamsHeartbeatRequest:
+def streams_heartbeat_request_from_pb(msg: pb.StreamsHeartbeatRequest, max_owned: int = DEFAULT_MAX_OWNED,
+                                      ) -> StreamsHeartbeatRequest:
+    """``max_owned``: the coordinator's ``max_owned_shards``, bounding the owned tasks in all roles."""
     return StreamsHeartbeatRequest(
         group_id=msg.group_id,
         member_id=msg.member_id,
@@ -211,7 +224,7 @@ def streams_heartbeat_request_from_pb(msg: pb.StreamsHeartbeatRequest) -> Stream
         process_id=_opt(msg, "process_id"),
         rebalance_timeout_ms=msg.rebalance_timeout_ms if msg.HasField("rebalance_timeout_ms") else None,
         topology=topology_from_pb(msg.topology) if msg.HasField("topology") else None,
-        owned=member_tasks_from_pb(msg.owned, "owned") if msg.HasField("owned") else None,
+        owned=member_tasks_from_pb(msg.owned, "owned", max_owned) if msg.HasField("owned") else None,
         task_offsets=task_offsets_from_pb(msg.task_offsets) if msg.HasField("task_offsets") else None,
     )
 

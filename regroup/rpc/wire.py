@@ -5,9 +5,13 @@ unchanged (the tests check it). "None = unchanged" travels as field presence: pr
 scalars and message fields that are set or not (`StringList`, `ShardSet`).
 
 Decoding checks only what the protobuf types cannot say and the core's values cannot hold (an enum
-value this version does not know, a shard or a member listed twice, a partition count below 1): it
-raises `WireError`, which the server answers with INVALID_REQUEST. Everything else (id lengths, epochs,
-negative partitions or offsets, counts) is the protocol core's validation, with the core's messages.
+value this version does not know, a partition given two offsets, a member listed twice, a partition
+count below 1): it raises `WireError`, which the server answers with INVALID_REQUEST. A heartbeat's
+owned shards are decoded as listed, by the core's `shards_from_listing` (`owned_from_pb`): a partition
+listed twice, or more than ``max_owned`` partitions, is refused before a single `Shard` is built. Other
+shard lists (answers, assignments, the shards of an offset fetch or deletion) become sets as they come
+(`shards_from_pb`), a repeat folded in. Everything else (id lengths, epochs, negative partitions or
+offsets, counts) is the protocol core's validation, with the core's messages.
 """
 
 from __future__ import annotations
@@ -17,9 +21,10 @@ from collections.abc import Iterable, Mapping
 from google.protobuf.message import Message
 
 from regroup.protocol.assignors.base import GroupSpec, MemberSpec
+from regroup.protocol.config import CoordinatorConfig
 from regroup.protocol.coordinator import DelegatedSpec
 from regroup.protocol.describe import GroupDescription, MemberDescription
-from regroup.protocol.errors import ErrorCode
+from regroup.protocol.errors import ErrorCode, ProtocolError
 from regroup.protocol.messages import (
     Ack,
     CommittedOffset,
@@ -35,6 +40,7 @@ from regroup.protocol.shard import Shard, ShardSet
 from regroup.protocol.state import GroupState
 from regroup.protocol.streams.state import StreamsGroupState
 from regroup.protocol.topics import TopicMetadata
+from regroup.protocol.validation import shards_from_listing
 from regroup.rpc import regroup_pb2 as pb
 from regroup.rpc.errors import WireError
 from regroup.rpc.types import (
@@ -53,6 +59,9 @@ SERVICE_NAME = "regroup.v1.Coordinator"
 AUTH_HEADER = "authorization"
 #: Metadata a client may send to name itself (describe shows it as CLIENT-ID).
 CLIENT_ID_HEADER = "regroup-client-id"
+#: The owned shards a decoded request may list unless the caller says otherwise (the server passes
+#: its own ``CoordinatorConfig.max_owned_shards``).
+DEFAULT_MAX_OWNED = CoordinatorConfig().max_owned_shards
 
 # ---------------------------------------------------------------------------------------- enums
 
@@ -123,7 +132,18 @@ def shards_to_pb(shards: Iterable[Shard], out: pb.ShardSet | None = None) -> pb.
 
 
 def shards_from_pb(msg: pb.ShardSet) -> ShardSet:
+    """Shards as a set, a repeat folded in (answers, assignments; a heartbeat's owned list is
+    `owned_from_pb`'s)."""
     return frozenset(Shard(tp.topic, p) for tp in msg.topics for p in tp.partitions)
+
+
+def owned_from_pb(msg: pb.ShardSet, max_owned: int = DEFAULT_MAX_OWNED) -> ShardSet:
+    """A request's owned shards, refused (`WireError`, naming the partition) when listed twice or more
+    than ``max_owned`` in all — counted before any shard is built, so a huge list costs nothing."""
+    try:
+        return shards_from_listing("owned", ((tp.topic, tp.partitions) for tp in msg.topics), max_owned)
+    except ProtocolError as e:
+        raise WireError(e.message) from e
 
 
 def _shard_list_from_pb(msg: pb.ShardSet) -> tuple[Shard, ...]:
@@ -185,7 +205,9 @@ def heartbeat_request_to_pb(req: HeartbeatRequest) -> pb.HeartbeatRequest:
     return msg
 
 
-def heartbeat_request_from_pb(msg: pb.HeartbeatRequest) -> HeartbeatRequest:
+def heartbeat_request_from_pb(msg: pb.HeartbeatRequest, max_owned: int = DEFAULT_MAX_OWNED,
+                              ) -> HeartbeatRequest:
+    """``max_owned``: the coordinator's ``max_owned_shards`` (see `owned_from_pb`)."""
     return HeartbeatRequest(
         group_id=msg.group_id,
         member_id=msg.member_id,
@@ -197,7 +219,7 @@ def heartbeat_request_from_pb(msg: pb.HeartbeatRequest) -> HeartbeatRequest:
         subscribed_regex=_opt(msg, "subscribed_regex"),
         assignor=_opt(msg, "assignor"),
         client_assignors=tuple(msg.client_assignors.values) if msg.HasField("client_assignors") else None,
-        owned=shards_from_pb(msg.owned) if msg.HasField("owned") else None,
+        owned=owned_from_pb(msg.owned, max_owned) if msg.HasField("owned") else None,
     )
 
 

@@ -414,3 +414,29 @@ def test_a_streams_group_is_listed_with_its_kind_and_described_as_the_cli_does(t
         assert again["timeline"] == [] and all(m["lags"] == {} for m in again["members"])  # soft state
     finally:
         assert s.terminate() == 0, s.log()
+
+
+def test_a_streams_group_taking_over_operator_offsets_keeps_its_history_and_timeline(tmp_path: Path) -> None:
+    """Offsets reset on an id nobody joined yet (an empty consumer group), then the first streams
+    member joins it: the step deletes the consumer group and creates the streams group, and the
+    streams group's history and timeline survive it — in the running coordinator and after a restart."""
+    s = start_server(tmp_path / "data", "--log", "static:orders=4", *HTTP)
+    try:
+        with CoordinatorClient(s.address, timeout_s=10) as c:
+            assert c.reset_offsets("taken", {Shard("orders", 0): 5}).ok
+            _streams_beat(c, StreamsHeartbeatRequest("taken", "a", 0, process_id="P1",
+                                                     rebalance_timeout_ms=30_000, topology=COUNT))
+            assert c.describe_streams_group("taken").members[0].member_id == "a"
+        status, body = get(s, "api/groups/taken")
+        assert status == 200 and body["kind"] == "streams"
+        history = [(h["kind"], h["epoch"], h["cause"]) for h in body["history"]]
+        assert history[:2] == [("group", 0, "group created"),
+                               ("group", 1, "member a joined; subscribed topics now orders=4")], history
+        assert [(t["member_id"], t["step"]) for t in body["timeline"]] == [("a", "joined")]
+
+        assert s.terminate() == 0, s.log()
+        s = s.restart()
+        status, again = get(s, "api/groups/taken")
+        assert status == 200 and again["history"] == body["history"]  # persisted in the same order
+    finally:
+        assert s.terminate() == 0, s.log()
