@@ -297,7 +297,12 @@ class StreamsPipeline:
         if plan.how is StartFrom.RESUME:
             assert plan.directory is not None and record is not None
             directory = plan.directory
-            begin = batch_ends(self.root / directory, record.batch) or dict(committed)
+            resumed = batch_ends(self.root / directory, record.batch)
+            if resumed is None:  # starting empty here would silently lose the task's state
+                raise StreamsPipelineError(
+                    f"task {task}: its checkpoint of record {self.root / directory} has no batch "
+                    f"{record.batch} (was the state root moved or cleaned?)")
+            begin = resumed
         elif plan.how is StartFrom.COPY:
             assert plan.directory is not None and plan.batch is not None
             directory = self._new_directory(task)
