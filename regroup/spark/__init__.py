@@ -15,11 +15,26 @@ from __future__ import annotations
 from typing import Any
 
 
-def register(spark: Any) -> None:
-    """Make ``format("regroup")`` available in ``spark`` (a SparkSession)."""
+def register(spark: Any, *, fast_start: bool = True) -> None:
+    """Make ``format("regroup")`` available in ``spark`` (a SparkSession), and add the listener that
+    lets a stopping query commit its last finished batch (see `regroup.spark.startup`).
+
+    ``fast_start``: the source's Spark Python processes import the installed, compiled pyspark
+    rather than Spark's ``pyspark.zip``."""
+    # Imported here: Spark's workers import regroup.spark.* modules and need none of this.
     from regroup.spark.source import RegroupDataSource
+    from regroup.spark.startup import register_source
 
-    spark.dataSource.register(RegroupDataSource)
+    register_source(spark, RegroupDataSource, fast_start=fast_start)
 
 
-__all__ = ["register"]
+def streams(spark: Any, **kwargs: Any) -> Any:
+    """A stateful pipeline as one member of a streams group (task mode): one query per task, whose
+    checkpoint is the task's state and moves with it. Keyword arguments: see
+    `regroup.spark.tasks.StreamsPipeline`; call ``start()`` on the result."""
+    from regroup.spark.tasks import StreamsPipeline
+
+    return StreamsPipeline(spark, **kwargs)
+
+
+__all__ = ["register", "streams"]

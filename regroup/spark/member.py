@@ -28,6 +28,7 @@ import time
 import uuid
 from collections.abc import Collection
 from types import FrameType
+from typing import Any
 
 from regroup.client.errors import CommitFailedError, OffsetFetchError
 from regroup.client.membership import Membership
@@ -38,6 +39,8 @@ from regroup.protocol.member import Action, Assign, Fatal, Lost, MemberState, Me
 from regroup.protocol.microbatch import BatchOffset, Boundary, ShardRange
 from regroup.protocol.shard import Shard
 from regroup.rpc.client import CoordinatorClient
+from regroup.spark.finished import ENV as FINISHED_ENV
+from regroup.spark.finished import STOP_WAIT_S, wait_finished
 from regroup.spark.options import SourceOptions
 
 log = logging.getLogger("regroup.spark")
@@ -70,7 +73,14 @@ class QueryMember:
         self._backlog = Backlog()  # the member's actions not carried out yet (some wait a boundary)
         self._lock = threading.Lock()  # Spark calls the reader from one thread; SIGTERM may interleave
         self._left = False
+        self._stopping = False
         self._started = False
+        #: This reader's token in the end offsets it plans (see `regroup.spark.finished`).
+        self.token = uuid.uuid4().hex[:16]
+        #: The end offset (as Spark has it) of the last batch planned or replayed and not known to
+        #: be committed: what a stop commits if the driver's listener reports it finished.
+        self.unconfirmed: dict[str, Any] | None = None
+        self._finished_dir = os.environ.get(FINISHED_ENV) or None
 
     # ------------------------------------------------------------------ Spark's calls
     @property
@@ -104,6 +114,34 @@ class QueryMember:
         with self._lock:
             self._commit(self.boundary.to_commit(end))
 
+    def stop(self) -> None:
+        """On query stop: commit the last batch if it finished (`commit_if_finished`), then leave."""
+        if self._stopping or self._left:
+            return
+        self._stopping = True
+        self.commit_if_finished()
+        self.leave()
+
+    def commit_if_finished(self, timeout: float = STOP_WAIT_S) -> bool:
+        """Commit the last planned batch if the driver's listener reports it finished (waiting at most
+        ``timeout`` s for its word); True if committed. A batch not reported finished is never
+        committed: its records go to the partitions' next owners (at least once)."""
+        end = self.unconfirmed
+        if end is None or self._finished_dir is None:
+            return False
+        if not wait_finished(self._finished_dir, end, timeout):
+            log.info("stopping: the last batch is not known to have finished; not committing it")
+            return False
+        # No self._lock (see leave); the boundary is an immutable value, replaced whole.
+        try:
+            positions = self.boundary.to_commit(BatchOffset.from_json(end))
+            self.membership.commit(positions)
+        except Exception as e:  # fenced, unreachable...: the next owners re-read the batch
+            log.warning("stopping: commit of the finished last batch failed: %s", e)
+            return False
+        log.info("stopping: committed the finished last batch (%d partitions)", len(positions))
+        return True
+
     def leave(self, timeout: float = 5.0) -> None:
         """Leave the group (temporarily for a static member): on query stop."""
         # No self._lock here: the SIGTERM handler runs on the main thread, maybe while it holds it.
@@ -122,15 +160,16 @@ class QueryMember:
                 self.membership.revocation_done(action.shards)
 
     def install_sigterm_handler(self) -> None:
-        """query.stop() ends the reader's process with SIGTERM and never calls stop(): leave then."""
+        """query.stop() ends the reader's process with SIGTERM and never calls the reader's stop():
+        commit the last batch if it finished, and leave, then."""
         try:
             previous = signal.getsignal(signal.SIGTERM)
 
             def on_term(signum: int, frame: FrameType | None) -> None:
-                if self._left:
-                    return  # a second SIGTERM while the first is leaving: let that one finish
+                if self._stopping or self._left:
+                    return  # a second SIGTERM while the first is stopping: let that one finish
                 log.info("query stopping (SIGTERM): leaving group %s", self.opts.group)
-                self.leave()
+                self.stop()
                 if callable(previous):
                     previous(signum, frame)
                 else:

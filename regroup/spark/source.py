@@ -9,7 +9,9 @@ Spark's Python data source API splits a source in two:
 * ``read`` runs in Spark's Python workers, one call per input partition: it opens the log and yields
   Arrow record batches of one offset range, straight from the log's columns.
 
-Offsets in Spark's checkpoint are `BatchOffset` JSON (see `regroup.protocol.microbatch`).
+Offsets in Spark's checkpoint are `BatchOffset` JSON (see `regroup.protocol.microbatch`); those this
+reader plans also carry its random token (``"reader"``), by which the driver's listener reports which
+batches finished (`regroup.spark.finished`): a stopping query commits its last batch if it finished.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from regroup.protocol.microbatch import BatchOffset, ShardRange, split_ranges
+from regroup.spark.finished import TOKEN_KEY
 from regroup.spark.options import SourceOptions, parse_options
 from regroup.spark.read import SPARK_SCHEMA_DDL, read_range
 
@@ -73,11 +76,19 @@ class RegroupStreamReader(DataSourceStreamReader):
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         if limit is None:
             max_rows = self.opts.max_records_per_trigger
-        end = self._joined().plan(finished, max_rows)
-        return start if end is finished and start is not None else end.to_json()
+        member = self._joined()
+        end = member.plan(finished, max_rows)
+        if end == finished:  # no new batch: the finished one was just committed
+            member.unconfirmed = None
+            return start if start is not None else end.to_json()
+        out = {**end.to_json(), TOKEN_KEY: member.token}  # the listener knows the reader by it
+        member.unconfirmed = out
+        return out
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        ranges = self._joined().ranges(BatchOffset.from_json(start), BatchOffset.from_json(end))
+        member = self._joined()
+        ranges = member.ranges(BatchOffset.from_json(start), BatchOffset.from_json(end))
+        member.unconfirmed = end  # the batch about to run (the planned one, or a replay after a restart)
         pieces = split_ranges(ranges, self.opts.max_records_per_split)
         return [RangePartition(self.opts.log, r) for r in pieces]
 
@@ -91,7 +102,7 @@ class RegroupStreamReader(DataSourceStreamReader):
 
     def stop(self) -> None:
         if self._member is not None:
-            self._member.leave()
+            self._member.stop()
 
 
 class RegroupDataSource(DataSource):
