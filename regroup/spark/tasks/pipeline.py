@@ -180,9 +180,10 @@ class StreamsPipeline:
 
     # ---------------------------------------------------------------- lifecycle
     def start(self) -> StreamsPipeline:
+        from regroup.spark.startup import register_source
         from regroup.spark.tasks.source import TaskDataSource
 
-        self.spark.dataSource.register(TaskDataSource)
+        register_source(self.spark, TaskDataSource)  # with the fast start of the reader processes
         self._machine.report_offsets(self._task_offsets(), _now_ms())
         self.membership = StreamsMembership(self._client, self._machine)
         self._thread = threading.Thread(target=self._run, name=f"regroup-streams-{self.group}", daemon=True)
