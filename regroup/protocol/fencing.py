@@ -66,7 +66,13 @@ def epoch_fence(epoch: int, current_epoch: int, previous_epoch: int, resend_is_s
 
 
 def check_epoch(group: Group, req: HeartbeatRequest, current: CurrentAssignment) -> None:
-    """FENCED_MEMBER_EPOCH unless the epoch is current, or is the previous one after a lost response."""
+    """FENCED_MEMBER_EPOCH unless the epoch is current, or is the previous one after a lost response.
+
+    Owned must be a subset of what is *assigned*, pending revocation excluded, as in Kafka
+    (``isSubset(owned, assignedPartitions)``): a member that lost two answers and still holds shards
+    it is being asked to revoke is fenced and rejoins. Its rejoin's "owns nothing" is not a report,
+    so those shards are freed by the heartbeat after the rejoin (test_properties.py has the path).
+    """
     resend_is_safe = req.owned is not None and req.owned <= current.assigned
     why = epoch_fence(req.member_epoch, current.epoch, current.previous_epoch, resend_is_safe)
     if why is not None:

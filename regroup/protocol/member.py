@@ -33,8 +33,8 @@ States::
                  |                        |        |                                   |
                  |         nothing to do  |        | driver acknowledged               |
                  |                        v        v                                   |
-               STABLE <-----------------------  ACKNOWLEDGING  (owned changed: send now)
-                      coordinator confirmed owned                                      |
+               STABLE <-----------------------  ACKNOWLEDGING  (owned changed, or an Assign
+                      coordinator confirmed owned      waits for an answer: send now)  |
                                                                                        |
     JOINING / RECONCILING / ACKNOWLEDGING / STABLE -- fenced, unknown member, group ---+
         gone, session expired: Lost(held), epoch 0, owned empty (UNSUBSCRIBED if no subscription)
@@ -64,11 +64,17 @@ Rules:
    ``Assign(target - owned)`` if non-empty. At most one Revoke/Assign is outstanding; so a Revoke is
    always acknowledged (``revocation_done``) before any Assign is emitted, and no shard is being
    revoked and assigned at once. The next step is computed against the *latest* target when the
-   driver acknowledges, so targets that change mid-reconciliation are followed. Assignment is
-   acknowledged too (``assignment_done``): the shell's on_assign may have to seek or restore state
-   first; a driver for which assigning is immediate simply acknowledges at once. ``owned`` changes
-   only on those acknowledgements (and becomes empty on Lost). The epoch is always taken from the
-   response: it stays unchanged while the coordinator waits for a revocation.
+   driver acknowledges, so targets that change mid-reconciliation are followed — but an Assign
+   only from a target the coordinator has confirmed: none while a request is in flight, nor after
+   a lost answer (transport failure or error) until the next successful one. The request reported
+   what the member holds, and a shard of its target it has not taken yet is the coordinator's to
+   take back (and give away) without a revocation; the answer saying so may be the one in flight,
+   or the one lost. The Assign then waits for that answer (ACKNOWLEDGING, the request due now); a
+   Revoke never waits. Assignment is acknowledged too (``assignment_done``): the shell's on_assign
+   may have to seek or restore state first; a driver for which assigning is immediate simply
+   acknowledges at once. ``owned`` changes only on those acknowledgements (and becomes empty on
+   Lost). The epoch is always taken from the response: it stays unchanged while the coordinator
+   waits for a revocation.
 5. Losing the membership. FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, GROUP_ID_NOT_FOUND, and no
    successful response for a whole session timeout (measured from the send time of the last
    successfully answered request, the earliest moment the coordinator's timer could have started)
@@ -167,7 +173,9 @@ class MemberState(Enum):
     UNSUBSCRIBED = "UNSUBSCRIBED"  # nothing to subscribe to: not in the group, no requests
     JOINING = "JOINING"  # next request is a join (epoch 0, full, owned empty)
     RECONCILING = "RECONCILING"  # a Revoke or Assign awaits the driver's acknowledgement
-    ACKNOWLEDGING = "ACKNOWLEDGING"  # owned changed and the coordinator has not confirmed it yet
+    #: Owned changed and the coordinator has not confirmed it yet, or an Assign waits for an answer
+    #: that confirms the target (rule 4).
+    ACKNOWLEDGING = "ACKNOWLEDGING"
     STABLE = "STABLE"  # owned == target and the coordinator knows it
     PREPARE_LEAVING = "PREPARE_LEAVING"  # leave() called: the driver revokes everything first
     LEAVING = "LEAVING"  # next request is the leave (epoch -1 / -2)
@@ -636,7 +644,7 @@ class MemberStateMachine:
             add = self._target - self._owned
             if revoke:
                 self._pending = Revoke(revoke)
-            elif add:
+            elif add and self._target_confirmed():
                 self._pending = Assign(add)
             if self._pending is not None:
                 self._state = MemberState.RECONCILING
@@ -644,10 +652,15 @@ class MemberStateMachine:
         self._settle()
         return []
 
+    def _target_confirmed(self) -> bool:
+        """Rule 4: the last request was answered successfully and none is in flight, so the target is
+        the coordinator's current assignment (which moves only on our own heartbeats)."""
+        return self._inflight is None and self._acked is not None
+
     def _settle(self) -> None:
         if self._pending is not None:
             self._state = MemberState.RECONCILING
-        elif self._held() != self._reported:
+        elif self._held() != self._reported or (self._target is not None and self._owned != self._target):
             self._state = MemberState.ACKNOWLEDGING
         else:
             self._state = MemberState.STABLE

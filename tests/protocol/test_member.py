@@ -229,6 +229,44 @@ def test_target_change_during_assignment() -> None:
     assert m.owned == S(A0, A1)
 
 
+def test_an_assign_waits_for_the_answer_to_the_request_in_flight() -> None:
+    """Rule 4: the request in flight told the coordinator what we hold; a shard of the target we had
+    not taken yet may be taken back in its answer, so the next Assign waits for that answer."""
+    m = joined(S(A0, A1), epoch=1)
+    send(m, 3000)
+    assert m.on_response(ok(2, S(A1, A2)), 3000) == [Revoke(S(A0))]
+    send(m, 6000)  # in flight, reporting A0 and A1: A2 is free to be taken back
+    assert m.revocation_done(S(A0), 6001) == []
+    assert m.state is MemberState.ACKNOWLEDGING and m.owned == S(A1)
+    assert m.on_response(ok(3, S(A1)), 6010) == []  # it was taken back: nothing to assign
+    assert m.state is MemberState.ACKNOWLEDGING and m.heartbeat_due(6010)  # owned changed: say so
+    m = joined(S(A0, A1), epoch=1)
+    send(m, 3000)
+    m.on_response(ok(2, S(A1, A2)), 3000)
+    send(m, 6000)
+    assert m.revocation_done(S(A0), 6001) == []
+    assert m.on_response(ok(2), 6010) == [Assign(S(A2))]  # confirmed: take it
+
+
+def test_an_assign_waits_for_an_answer_after_a_lost_one() -> None:
+    """Rule 4: a lost answer may have taken back shards of the target the member had not taken yet
+    (and the coordinator may have given them to another member): the member does not go on to take
+    them before an answer tells it its assignment. (Found by the property tests: a slow member
+    finished one Assign and took, from its stale target, a shard another member processed.)"""
+    m = member()
+    send(m, 0)
+    assert m.on_response(ok(1, S(A0)), 0) == [Assign(S(A0))]  # a slow driver: not acknowledged yet
+    send(m, 3000)
+    assert m.on_response(ok(2, S(A0, A1, A2)), 3000) == []  # one Assign at a time: A1, A2 wait
+    send(m, 6000)
+    m.request_failed(6000)  # its answer (A2 taken back) is lost
+    assert m.assignment_done(S(A0), 6050) == []  # not Assign(A1, A2): the target may be stale
+    assert m.state is MemberState.ACKNOWLEDGING and m.heartbeat_due(6050)
+    req = send(m, 6050)
+    assert is_full(m, req) and req.owned == S(A0)
+    assert m.on_response(ok(3, S(A0, A1)), 6060) == [Assign(S(A1))]
+
+
 def test_compute_assignment_is_surfaced() -> None:
     m = member()
     send(m, 0)
@@ -609,6 +647,8 @@ class MemberMachine(RuleBasedStateMachine):
         self.expect_join = False
         self.expect_full = True
         self.terminal: MemberState | None = None
+        #: The last request was answered successfully (rule 4: only then may an Assign be emitted).
+        self.confirmed = False
 
     # -- helpers --
 
@@ -638,6 +678,9 @@ class MemberMachine(RuleBasedStateMachine):
                     # Revoke first: nothing owned may still be waiting for its revocation.
                     target = self.m.target
                     assert target is not None and self.driver_owned <= target, "Assign before Revoke"
+                    assert self.inflight is None and self.confirmed, (
+                        "Assign from a target the coordinator has not confirmed (a request in flight, "
+                        "or its last answer lost)")
                 self.outstanding = a
             elif isinstance(a, Fatal):
                 assert self.m.state is MemberState.FATAL
@@ -647,6 +690,7 @@ class MemberMachine(RuleBasedStateMachine):
     def respond(self, resp: HeartbeatResponse) -> None:
         before = self.m.owned
         self.inflight = None
+        self.confirmed = resp.error is ErrorCode.NONE
         if resp.error is not ErrorCode.NONE:
             self.expect_full = True
         self.digest(self.m.on_response(resp, self.now), before)
@@ -711,6 +755,7 @@ class MemberMachine(RuleBasedStateMachine):
     def fail(self) -> None:
         self.inflight = None
         self.expect_full = True
+        self.confirmed = False
         before = self.m.owned
         self.digest(self.m.request_failed(self.now), before)
 
@@ -792,8 +837,12 @@ class MemberMachine(RuleBasedStateMachine):
             self.expect_join = True  # it may not leave JOINING without sending a join
         if m.state is MemberState.RECONCILING:
             assert m.pending is not None
-        if m.state in (MemberState.STABLE, MemberState.ACKNOWLEDGING):
+        if m.state is MemberState.STABLE:
             assert m.pending is None and m.owned == m.target
+        if m.state is MemberState.ACKNOWLEDGING:
+            # An Assign may be held back until an answer confirms the target (rule 4).
+            assert m.pending is None and m.target is not None and m.owned <= m.target
+            assert m.owned == m.target or self.inflight is not None or not self.confirmed
         if m.state is MemberState.JOINING:
             assert m.epoch == 0 and m.owned == EMPTY
         if isinstance(m.pending, Revoke):

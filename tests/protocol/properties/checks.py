@@ -42,7 +42,10 @@ replay) are asked of the pure functions in `regroup.sim.invariants`, so they are
     each commit's result is the one the fencing rules predict, and zombies are always refused;
 11. liveness: once churn stops and everyone left heartbeats and acknowledges at once, the group
     becomes STABLE, every member STABLE at the target epoch, and the processes own every subscribed
-    shard exactly once (`not_converged` says what is still missing).
+    shard exactly once (`not_converged` says what is still missing);
+12. revocations are heard, step by step: a member whose process holds none of the shards it must
+    revoke is no longer UNREVOKED after its second answered heartbeat in a row (UNREVOKED_ANSWERS
+    explains why one may not free them), rather than at its rebalance timeout.
 
 Besides: the epoch check of every heartbeat follows the lost-response rule (current epoch, or the
 previous one with owned ⊆ assigned); an answer carries the assignment on a join, a full request, a
@@ -363,6 +366,47 @@ def assert_revoke_before_assign(pre: View, post: View) -> None:
         given = given_while_held(GID, mid, held(post.current[mid]) - pre.held_by(mid), others)
         assert not given, "revoke before assign: " + _broken(given) + " (" + "; ".join(
             f"{pre.owners[s]}: {pre.current.get(pre.owners[s])}" for s, _ in given) + ")"
+
+
+#: 12: how many answered heartbeats in a row may leave a member UNREVOKED although its process held
+#: none of the shards it must revoke when it sent them. One: the coordinator takes a report from any
+#: heartbeat it accepts, except a join (epoch 0) from a member it already knows, whose "owns nothing"
+#: it does not trust (it may be a retry or a stale duplicate; docs/protocol.md). The request after
+#: that join carries owned (member rule 3: a join's owned is never taken as acknowledged) at the epoch
+#: the join's answer gave, so it is accepted and frees them. No other answer can keep them: a delta
+#: leaves owned out only when the member holds its target, which then is its assigned set and does
+#: not overlap the revocation; and a resend at the previous epoch from a member holding none of them
+#: owns only shards it is still assigned. A fenced resend (the lost-response rule wants owned ⊆
+#: assigned, as Kafka does) is one from a member that still held some of them: it is not counted.
+UNREVOKED_ANSWERS = 1
+
+
+def forget_heard_revocations(procs: Iterable[Proc], v: View) -> None:
+    """12: a revocation the coordinator no longer waits for (the member moved on, stepped out, left or
+    was removed) ends its count: the next UNREVOKED is another revocation, counted afresh."""
+    for p in procs:
+        c = v.current.get(p.mid)
+        if p.unrevoked_answers and (c is None or c.status is not MemberStatus.UNREVOKED
+                                    or c.epoch == STATIC_LEAVE_EPOCH):
+            p.unrevoked_answers.clear()
+
+
+def assert_revocation_heard(p: Proc, holding: ShardSet, req: HeartbeatRequest, resp: HeartbeatResponse,
+                            v: View) -> None:
+    """12: a member whose process holds none of the shards it must revoke — ``holding``, what it
+    processed when it sent ``req``, the answered request; not what it holds after the answer (a
+    fenced member has dropped everything by then) — stays UNREVOKED after at most UNREVOKED_ANSWERS
+    answered heartbeats in a row: its report frees them, not its rebalance timeout."""
+    c = v.current.get(p.mid)
+    if (c is None or c.status is not MemberStatus.UNREVOKED or c.epoch == STATIC_LEAVE_EPOCH
+            or holding & c.pending_revocation):
+        p.unrevoked_answers.clear()
+        return
+    owned = fmt(req.owned) if req.owned is not None else "unchanged"
+    p.unrevoked_answers.append(f"epoch {req.member_epoch} owned {owned} -> {resp.error.value}")
+    assert len(p.unrevoked_answers) <= UNREVOKED_ANSWERS, (
+        f"{p!r} holds none of {fmt(c.pending_revocation)}, yet the coordinator keeps it UNREVOKED ({c}) "
+        f"after {len(p.unrevoked_answers)} answered heartbeats: " + "; ".join(p.unrevoked_answers))
 
 
 def assert_target_only_when_behind(g: Group | None, r: TargetEpochRecord) -> None:

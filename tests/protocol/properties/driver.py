@@ -9,7 +9,8 @@ Rules of this module:
    deadline the coordinator reports on the way, as a shell would.
 3. Processes send one request at a time; revocations and assignments are acknowledged at once, or
    (slow processes) only when `finish_pending` says so; flaky processes lose messages as
-   FLAKY_PATTERN says; members in ``Outcome.wake`` are nudged.
+   FLAKY_PATTERN says, deaf ones get no answers until they give up and rejoin; members in
+   ``Outcome.wake`` are nudged.
 4. Determinism: member ids come from a counter and everything is iterated in sorted order, so a run
    does not depend on PYTHONHASHSEED.
 5. At teardown churn stops and the group must settle (liveness) within MAX_CONVERGE_ROUNDS.
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, TypeVar
 
 from hypothesis import event
@@ -166,6 +167,58 @@ class GroupMachine(RuleBasedStateMachine):
             self.change_topics("grow", self.topics_index(grow[0]), 1)
             self._heartbeat_now(p, "lose_response")
         self._heartbeat_now(p, "deliver")
+
+    @precondition(lambda self: self._live_count() + 1 < self.MAX_PROCS)
+    @rule(sub_i=st.integers(0, 4), slow=st.booleans())
+    @guarded
+    def lost_join_answer(self, sub_i: int, slow: bool) -> None:
+        """A join is processed but its answer is lost; another member joins before the retry, so the
+        retry (epoch 0, owning nothing) reaches a coordinator that already knows the member."""
+        s = self.SUBS[0] if self.homogeneous else self.SUBS[sub_i % len(self.SUBS)]
+        p = self._spawn(s, None, slow)
+        self._send(p, "lose_response")
+        self._send(self._spawn(s, None, False), "deliver")
+        self._heartbeat_now(p, "deliver")
+
+    @precondition(lambda self: any(p.running and p.instance is not None and isinstance(p.sm.pending, Revoke)
+                                   for p in self.procs))
+    @rule(pick=PICK, failover=st.booleans())
+    @guarded
+    def static_leave_mid_revocation(self, pick: int, failover: bool) -> None:
+        """A static member told to revoke finishes, then steps out (-2) before any heartbeat has
+        reported the revocation (and maybe the coordinator fails over right then)."""
+        p = self._pick(pick, lambda p: (p.running and p.instance is not None
+                                        and isinstance(p.sm.pending, Revoke)))
+        if p is None:
+            return
+        self._finish_all(p)
+        self._finish_all(p, p.sm.leave(self.now))
+        if p.running and p.sm.heartbeat_due(self.now):
+            self._send(p, "deliver")  # the -2: the first request since the revocation
+        if failover:
+            self.restart_coordinator(from_snapshot=False)
+
+    def _finish_all(self, p: Proc, actions: Iterable[Any] = ()) -> None:
+        """Carry out ``actions`` and the pending one, and whatever they lead to, without waiting."""
+        queue = list(actions)
+        while True:
+            for a in queue:
+                if isinstance(a, Assign):
+                    live = checks.live_procs(self.procs, capture(self.coord))
+                    checks.assert_assign_exclusive(p, a.shards, live)
+            queue = self._ack(p, p.sm.pending) if p.sm.pending is not None else []
+            if not queue and p.sm.pending is None:
+                return
+
+    @precondition(lambda self: any(p.running and p.sm.state in IN_GROUP for p in self.procs))
+    @rule(pick=PICK)
+    @guarded
+    def deafen(self, pick: int) -> None:
+        """From now on the process's requests reach the coordinator but no answer comes back; after a
+        session without answers it gives up (Lost) and rejoins, to a coordinator that still knows it."""
+        p = self._pick(pick, lambda p: p.running and p.sm.state in IN_GROUP)
+        if p is not None:
+            p.deaf = True
 
     def topics_index(self, topic: str) -> int:
         return sorted(self.topics).index(topic)
@@ -447,6 +500,11 @@ class GroupMachine(RuleBasedStateMachine):
         req = p.sm.next_request(self.now)
         assert req is not None, f"{p!r} has no request due at {self.now}"
         p.sent += 1
+        holding = p.processing
+        if p.deaf and req.member_epoch == JOIN_EPOCH:
+            p.deaf = False  # it gave up and reconnects: the partition is over
+        elif p.deaf and mode == "deliver":
+            mode = "lose_response"
         if mode == "lose_request":
             self._handle(p, p.sm.request_failed(self.now))
             return None
@@ -457,6 +515,7 @@ class GroupMachine(RuleBasedStateMachine):
             self._handle(p, p.sm.request_failed(self.now))
         else:
             self._handle(p, p.sm.on_response(resp, self.now))
+            checks.assert_revocation_heard(p, holding, req, resp, capture(self.coord))
         self._check_processes()
         return resp
 
@@ -591,7 +650,9 @@ class GroupMachine(RuleBasedStateMachine):
                 checks.assert_sticky_join(pre, post, req.member_id)
 
     def _check_processes(self) -> None:
-        checks.assert_processes(self.procs, capture(self.coord))
+        v = capture(self.coord)
+        checks.assert_processes(self.procs, v)
+        checks.forget_heard_revocations(self.procs, v)
         for p in self.procs:
             p.last_epoch = p.sm.epoch
 
@@ -599,6 +660,7 @@ class GroupMachine(RuleBasedStateMachine):
     def _converge(self) -> None:
         self.converging = True
         for p in self.procs:
+            p.deaf = False
             if p.active and p.paused:
                 p.paused = False
                 self._handle(p, p.sm.tick(self.now))

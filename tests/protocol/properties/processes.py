@@ -4,7 +4,8 @@ Rules of this module:
 
 1. A process is what the consumer would be: it may be paused (a GC pause: no heartbeats, but it keeps
    processing and committing), dead, slow (it acknowledges revocations and assignments only when the
-   driver says so), or flaky (its messages fare as FLAKY_PATTERN says).
+   driver says so), flaky (its messages fare as FLAKY_PATTERN says), or deaf (its requests arrive,
+   their answers do not, until it gives up and rejoins).
 2. What it may be reading is ``processing``: the shards it acknowledged plus those of an Assign it is
    still taking. The checks hold that against the coordinator's state.
 3. Its state changes only through the driver; this module holds no protocol rule.
@@ -36,6 +37,12 @@ class Proc:
     #: Its network loses messages (FLAKY_PATTERN) in rounds and pumps.
     flaky: bool = False
     sent: int = 0
+    #: Its requests arrive but no answer comes back (an asymmetric partition), until it gives up and
+    #: rejoins: the coordinator keeps it alive meanwhile.
+    deaf: bool = False
+    #: Its answered heartbeats in a row that left its member UNREVOKED although it held none of the
+    #: shards to revoke (check 12, `checks.assert_revocation_heard`); emptied when that revocation ends.
+    unrevoked_answers: list[str] = field(default_factory=list)
     paused: bool = False
     dead: bool = False
     fatal: list[Fatal] = field(default_factory=list)
@@ -67,5 +74,5 @@ class Proc:
 
     def __repr__(self) -> str:
         flags = "".join(f for f, on in ((" paused", self.paused), (" slow", self.slow),
-                                        (" flaky", self.flaky)) if on)
+                                        (" flaky", self.flaky), (" deaf", self.deaf)) if on)
         return f"P{self.pid}({self.sm!r}{flags})"
