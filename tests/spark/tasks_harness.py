@@ -177,7 +177,12 @@ class Sink:
                     else:
                         final[rk] = row["count"]
         want = expected(self.kind, produced)
-        assert final == want, _diff(final, want)
+        if final != want:
+            bad = sorted({k[0] for k in set(final) | set(want) if final.get(k) != want.get(k)})
+            detail = {p: [(key, sorted(map(str, batches[key]))) for _, _, key in sorted(per_partition[p])]
+                      for p in bad}
+            got = {k: final.get(k) for k in want if final.get(k) != want[k]}
+            raise AssertionError(f"{_diff(final, want)}; got {got}; batches of those partitions: {detail}")
         assert len(off) <= orphans, f"{len(off)} batches off the tiling (allowed {orphans}): {off}"
         return off
 

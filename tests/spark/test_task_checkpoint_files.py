@@ -495,3 +495,25 @@ def test_a_copy_that_vanishes_a_few_times_then_succeeds(tmp_path: Path,
     monkeypatch.setattr(checkpoint_module, "_copy_once", copy_once)
     copy_batch(source, tmp_path / "copy", 2)
     assert_copied(tmp_path / "copy", expected_copy(batch=2, committed_up_to=2, versions=3))
+
+
+def test_the_lineage_begin_survives_a_copy_of_an_unfinished_batch_0(tmp_path: Path) -> None:
+    """Regression: a warm-up copied batch 0 before Spark logged it as committed; Spark then ran
+    batch 0 again from the source's initial offset, which the copy had been given as the copied
+    batch's end — so the warm-up's state lacked batch 0's records. The offset now carries where the
+    lineage began, and the copy is started from there."""
+    from regroup.spark.tasks.checkpoint import lineage_begin
+
+    shard = Shard("orders", 1)
+    source = tmp_path / "src"
+    write(source / "metadata", json.dumps({"id": "q"}))
+    write(source / "offsets" / "0", "v1\n{}\n" + json.dumps(json.dumps(
+        {"v": 1, "ends": {"orders:1": 60}, "begin": {"orders:1": 0}})))
+    (source / "commits").mkdir()
+    copy_batch(source, tmp_path / "copy", 0)
+    assert last_committed_batch(tmp_path / "copy") is None  # Spark will run batch 0 again
+    assert batch_ends(tmp_path / "copy", 0) == {shard: 60}
+    assert lineage_begin(tmp_path / "copy", 0) == {shard: 0}
+    legacy = tmp_path / "legacy"
+    write(legacy / "offsets" / "0", "v1\n{}\n" + json.dumps({"v": 1, "ends": {"orders:1": 60}}))
+    assert lineage_begin(legacy, 0) is None

@@ -102,17 +102,17 @@ def test_scale_out_by_warm_ups_and_back_in_match_the_batch_job(group_factory: An
     sink = Sink(kind)
     g.producer.produce(60)
     a = g.member(kind, sink)
-    wait_for(lambda: sink.processed() == g.producer.total, 120, "the first member to process everything")
+    wait_for(lambda: sink.processed() == g.producer.total, 300, "the first member to process everything")
     b = g.member(kind, sink)
-    wait_for(lambda: (g.producer.produce(3) or True) and _balanced(a, b), 120,
+    wait_for(lambda: (g.producer.produce(3) or True) and _balanced(a, b), 300,
              f"the tasks to spread over two members ({roles([a, b])})", poll=0.4)
     assert b.starts["promoted active"] >= 1, f"no task reached b through a warm-up: {dict(b.starts)}"
     assert b.starts["copied warm-up"] >= 1, dict(b.starts)
     g.producer.produce(20)
-    wait_for(lambda: sink.processed() == g.producer.total, 120, "both members to catch up")
+    wait_for(lambda: sink.processed() == g.producer.total, 300, "both members to catch up")
     b.stop()
     g.producer.produce(20)
-    wait_for(lambda: _actives(a) == PARTITIONS and sink.processed() == g.producer.total, 120,
+    wait_for(lambda: _actives(a) == PARTITIONS and sink.processed() == g.producer.total, 300,
              f"a to take every task back and process everything ({roles([a])})")
     sink.check(g.producer.produced)
 
@@ -124,13 +124,13 @@ def test_cold_move_copies_the_checkpoint_and_continues(group_factory: Any) -> No
     sink = Sink("count")
     g.producer.produce(50)
     a = g.member("count", sink)
-    wait_for(lambda: sink.processed() == g.producer.total, 120, "a to process everything")
+    wait_for(lambda: sink.processed() == g.producer.total, 300, "a to process everything")
     b = g.member("count", sink)
-    wait_for(lambda: (g.producer.produce(2) or True) and _balanced(a, b), 120,
+    wait_for(lambda: (g.producer.produce(2) or True) and _balanced(a, b), 300,
              f"a cold move to b ({roles([a, b])})", poll=0.4)
     assert b.starts["copied active"] >= 1 and b.starts["promoted active"] == 0, dict(b.starts)
     g.producer.produce(10)
-    wait_for(lambda: sink.processed() == g.producer.total, 120, "everything processed after the move")
+    wait_for(lambda: sink.processed() == g.producer.total, 300, "everything processed after the move")
     sink.check(g.producer.produced)
 
 
@@ -141,11 +141,11 @@ def test_static_restart_resumes_its_own_checkpoints_in_place(group_factory: Any)
     sink = Sink("count")
     g.producer.produce(40)
     a = g.member("count", sink, instance="a")
-    wait_for(lambda: sink.processed() == g.producer.total, 120, "a to process everything")
+    wait_for(lambda: sink.processed() == g.producer.total, 300, "a to process everything")
     a.stop()
     g.producer.produce(10)
     again = g.member("count", sink, instance="a")
-    wait_for(lambda: sink.processed() == g.producer.total, 120, "the restarted member to catch up")
+    wait_for(lambda: sink.processed() == g.producer.total, 300, "the restarted member to catch up")
     assert again.process_id == a.process_id
     assert dict(again.starts) == {"resumed active": PARTITIONS}, dict(again.starts)
     sink.check(g.producer.produced)

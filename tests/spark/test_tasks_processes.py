@@ -93,18 +93,18 @@ def test_kill_9_of_an_active_its_standbys_take_over_without_restoring(
     g.producer.produce(40)
     victim = MemberProc(g, out)
     procs.append(victim)
-    wait_for(lambda: victim.actives() == PARTITIONS, 180, "the first member to run every task")
+    wait_for(lambda: victim.actives() == PARTITIONS, 300, "the first member to run every task")
     survivor = g.member("count", sink)
     wait_for(lambda: (g.producer.produce(2) or True) and victim.actives() >= 1 and _actives(survivor) >= 1
-             and sum(1 for r in survivor.tasks.values() if r == "standby") >= 1, 180,
+             and sum(1 for r in survivor.tasks.values() if r == "standby") >= 1, 300,
              f"both members active with standbys ({victim.status()}, {survivor.tasks})", poll=0.5)
     victim.kill()
     g.producer.produce(20)
-    wait_for(lambda: _actives(survivor) == PARTITIONS, 120,
+    wait_for(lambda: _actives(survivor) == PARTITIONS, 300,
              f"the survivor to take every task ({survivor.tasks})")
     assert survivor.starts["promoted active"] >= 1, dict(survivor.starts)
     sink.load()
-    wait_for(lambda: sink.load() or sink.covers(g.producer.produced), 120, "everything processed")
+    wait_for(lambda: sink.load() or sink.covers(g.producer.produced), 300, "everything processed")
     orphans = sink.check(g.producer.produced, orphans=PARTITIONS)
     print("batches of the killed member run again by the survivor:", orphans)
 
@@ -119,16 +119,16 @@ def test_a_paused_member_is_fenced_when_it_wakes(group: Any, procs: list[MemberP
     g.producer.produce(40)
     zombie = MemberProc(g, out, instance="z")
     procs.append(zombie)
-    wait_for(lambda: zombie.actives() == PARTITIONS, 180, "the first member to run every task")
+    wait_for(lambda: zombie.actives() == PARTITIONS, 300, "the first member to run every task")
     other = g.member("count", sink)
     wait_for(lambda: (g.producer.produce(2) or True) and zombie.actives() >= 1 and _actives(other) >= 1,
              180, "both members active", poll=0.5)
     zombie.proc.send_signal(signal.SIGSTOP)
     g.producer.produce(10)
-    wait_for(lambda: _actives(other) == PARTITIONS, 120,
+    wait_for(lambda: _actives(other) == PARTITIONS, 300,
              f"the other member to take every task ({other.tasks})")
     g.producer.produce(10)
-    wait_for(lambda: sink.load() or sink.covers(g.producer.produced), 120, "the other member to catch up")
+    wait_for(lambda: sink.load() or sink.covers(g.producer.produced), 300, "the other member to catch up")
     zombie.proc.send_signal(signal.SIGCONT)
     log = zombie.stderr.name
 
@@ -136,7 +136,7 @@ def test_a_paused_member_is_fenced_when_it_wakes(group: Any, procs: list[MemberP
         text = Path(log).read_text()
         return "refused" in text or "lost tasks" in text
 
-    wait_for(fenced, 120, "the zombie to learn it was fenced (a refused commit or lost tasks)")
+    wait_for(fenced, 300, "the zombie to learn it was fenced (a refused commit or lost tasks)")
     g.producer.produce(10)
-    wait_for(lambda: sink.load() or sink.covers(g.producer.produced), 180, "everything processed")
+    wait_for(lambda: sink.load() or sink.covers(g.producer.produced), 300, "everything processed")
     sink.check(g.producer.produced, orphans=PARTITIONS)

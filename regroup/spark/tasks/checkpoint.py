@@ -28,7 +28,7 @@ from regroup.protocol.microbatch import parse_shard_key
 from regroup.protocol.shard import Shard
 from regroup.protocol.streams.checkpoints import state_file_version
 
-__all__ = ["CheckpointError", "batch_ends", "copy_batch", "last_committed_batch"]
+__all__ = ["CheckpointError", "batch_ends", "copy_batch", "last_committed_batch", "lineage_begin"]
 
 _COPY_ATTEMPTS = 5
 
@@ -54,6 +54,19 @@ def batch_ends(checkpoint: Path, batch: int) -> dict[Shard, int] | None:
 
     An offset-log file is ``v1``, a line of batch metadata, then one line per source: ours is the
     JSON `regroup.spark.tasks.source` returns from ``latestOffset``."""
+    logged = _logged(checkpoint, batch)
+    return None if logged is None else logged[0]
+
+
+def lineage_begin(checkpoint: Path, batch: int) -> dict[Shard, int] | None:
+    """Where the checkpoint's first batch began, as logged with ``batch`` (None: not logged, or
+    logged by a version that did not record it). A query started on a copy must be given it: Spark
+    runs an unfinished batch 0 again from the source's initial offset, not from the log."""
+    logged = _logged(checkpoint, batch)
+    return None if logged is None else logged[1]
+
+
+def _logged(checkpoint: Path, batch: int) -> tuple[dict[Shard, int], dict[Shard, int] | None] | None:
     path = checkpoint / "offsets" / str(batch)
     try:
         lines = path.read_text().splitlines()
@@ -67,15 +80,21 @@ def batch_ends(checkpoint: Path, batch: int) -> dict[Shard, int] | None:
             raw = json.loads(raw)
         if raw.get("v") != 1:
             raise ValueError(f"offset version {raw.get('v')!r}, want 1")
-        ends: dict[Shard, int] = {}
-        for k, v in raw["ends"].items():
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"offset {v!r} of {k} is not an integer >= 0")
-            ends[parse_shard_key(k)] = v
-        return ends
+        ends = _positions(raw["ends"])
+        begin = _positions(raw["begin"]) if "begin" in raw else None
+        return ends, begin
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise CheckpointError(f"{path}: the task source's offset is unreadable ({e}); "
                               "was this checkpoint written by another query?") from None
+
+
+def _positions(raw: dict[str, object]) -> dict[Shard, int]:
+    out: dict[Shard, int] = {}
+    for k, v in raw.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"offset {v!r} of {k} is not an integer >= 0")
+        out[parse_shard_key(k)] = v
+    return out
 
 
 def copy_batch(source: Path, target: Path, batch: int) -> None:

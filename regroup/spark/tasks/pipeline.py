@@ -61,7 +61,7 @@ from regroup.protocol.streams.checkpoints import (
 from regroup.protocol.streams.member import LostTasks, StartTasks, StopTasks, StreamsMemberStateMachine
 from regroup.protocol.streams.topology import TaskId, Topology
 from regroup.rpc.client import CoordinatorClient
-from regroup.spark.tasks.checkpoint import batch_ends, copy_batch, last_committed_batch
+from regroup.spark.tasks.checkpoint import batch_ends, copy_batch, last_committed_batch, lineage_begin
 from regroup.spark.tasks.control import Control, read_ack, write_control
 from regroup.spark.tasks.source import task_offset
 
@@ -110,7 +110,7 @@ class _TaskQuery:
     directory: str            # relative to the state root
     control: Path
     generation: int
-    begin: dict[Shard, int]   # where the checkpoint began (fresh) or the batch of record's end (copy)
+    begin: dict[Shard, int]   # where the checkpoint's first batch began (its lineage's, for a copy)
     ends: dict[Shard, int]    # end of the last batch completed
     limit: dict[Shard, int] | None = None
     sink_from: dict[Shard, int] | None = None
@@ -297,32 +297,36 @@ class StreamsPipeline:
         sources = {Shard(topic, task.partition) for topic in self._sources(task)}
         if plan.how is StartFrom.RESUME:
             assert plan.directory is not None and record is not None
-            directory = plan.directory
-            resumed = batch_ends(self.root / directory, record.batch)
-            if resumed is None:  # starting empty here would silently lose the task's state
-                raise StreamsPipelineError(
-                    f"task {task}: its checkpoint of record {self.root / directory} has no batch "
-                    f"{record.batch} (was the state root moved or cleaned?)")
-            begin = resumed
+            directory, batch = plan.directory, record.batch
         elif plan.how is StartFrom.COPY:
             assert plan.directory is not None and plan.batch is not None
-            directory = self._new_directory(task)
+            directory, batch = self._new_directory(task), plan.batch
             started = time.monotonic()
             copy_batch(self.root / plan.directory, self.root / directory, plan.batch)
             log.info("task %s: copied batch %d of %s for the %s in %.2f s", task, plan.batch,
                      plan.directory, role, time.monotonic() - started)
-            begin = batch_ends(self.root / directory, plan.batch) or dict(committed)
         else:
-            directory = self._new_directory(task)
-            begin = {s: 0 for s in sources}
-            begin.update(plan.begin or {})
+            directory, batch = self._new_directory(task), None
+        if batch is not None:
+            at = batch_ends(self.root / directory, batch)
+            if at is None:  # starting empty here would silently lose the task's state
+                raise StreamsPipelineError(
+                    f"task {task}: its checkpoint {self.root / directory} has no batch {batch} "
+                    "(was the state root moved or cleaned?)")
+            # Spark runs an unfinished batch 0 again from the source's initial offset: give the
+            # query the lineage's, not the copied batch's end.
+            begin = lineage_begin(self.root / directory, batch) or at
+        else:
+            at = {s: 0 for s in sources}
+            at.update(plan.begin or {})
+            begin = at
         self.starts[f"{plan.how.value} {role}"] += 1
         self._prune(task, keep={directory, record.directory if record else ""})
         q = _TaskQuery(task, role, directory, self.run_dir / f"{task}.json", self._next_generation(),
-                       begin=begin, ends=dict(begin),
+                       begin=begin, ends=dict(at),
                        limit=None if role == ACTIVE else dict(committed),
                        sink_from=dict(committed) if role == ACTIVE else None)
-        if role == ACTIVE and any(begin.get(s, 0) < o for s, o in committed.items()):
+        if role == ACTIVE and any(at.get(s, 0) < o for s, o in committed.items()):
             q.limit = dict(committed)  # behind the commit (a crash's unfinished batch): catch up first
         with self._lock:
             self._queries[task] = q
@@ -331,7 +335,8 @@ class StreamsPipeline:
 
     def _launch(self, q: _TaskQuery) -> None:
         self._write_control(q)
-        opts = {"log": self.log_spec, "control": str(q.control), "begin": json.dumps(task_offset(q.begin))}
+        opts = {"log": self.log_spec, "control": str(q.control),
+                "begin": json.dumps(task_offset(q.begin, q.begin))}
         if self.max_records_per_trigger:
             opts["maxRecordsPerTrigger"] = str(self.max_records_per_trigger)
         df = self.spark.readStream.format("regroup-task").options(**opts).load()
@@ -340,7 +345,7 @@ class StreamsPipeline:
                     .option("checkpointLocation", str(self.root / q.directory))
                     .queryName(f"{self.group}.{q.task}.{q.directory.rsplit('/', 1)[-1]}")
                     .trigger(processingTime=f"{self.trigger_ms} milliseconds").start())
-        log.info("task %s: %s query started on %s at %s", q.task, q.role, q.directory, _fmt(q.begin))
+        log.info("task %s: %s query started on %s at %s", q.task, q.role, q.directory, _fmt(q.ends))
 
     # ---------------------------------------------------------------- a batch (Spark's thread)
     def _on_batch_of(self, q: _TaskQuery) -> Callable[[Any, int], None]:

@@ -27,8 +27,13 @@ __all__ = ["TaskDataSource", "task_offset", "task_offset_ends"]
 OFFSET_VERSION = 1
 
 
-def task_offset(ends: dict[Shard, int]) -> dict[str, Any]:
-    return {"v": OFFSET_VERSION, "ends": {shard_key(s): ends[s] for s in sorted(ends)}}
+def task_offset(ends: dict[Shard, int], begin: dict[Shard, int] | None = None) -> dict[str, Any]:
+    """The offset Spark logs: the batch's ends, and where the checkpoint's first batch began (so
+    that a copy of the checkpoint can run an unfinished batch 0 again from the same place)."""
+    out: dict[str, Any] = {"v": OFFSET_VERSION, "ends": {shard_key(s): ends[s] for s in sorted(ends)}}
+    if begin is not None:
+        out["begin"] = {shard_key(s): begin[s] for s in sorted(begin)}
+    return out
 
 
 def task_offset_ends(offset: dict[str, Any]) -> dict[Shard, int]:
@@ -56,11 +61,11 @@ class TaskStreamReader(DataSourceStreamReader):
         return state
 
     def initialOffset(self) -> dict[str, Any]:
-        return task_offset(self.begin)
+        return task_offset(self.begin, self.begin)
 
     def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
         if start is None:
-            start = task_offset(self.begin)
+            start = task_offset(self.begin, self.begin)
         current = task_offset_ends(start)
         control = read_control(self.control)
         if control.gate:
@@ -78,7 +83,7 @@ class TaskStreamReader(DataSourceStreamReader):
             if self.max_records is not None:
                 end = min(end, at + self.max_records)
             ends[shard] = max(at, end)
-        return task_offset(ends)
+        return task_offset(ends, self.begin)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         begin, finish = task_offset_ends(start), task_offset_ends(end)
