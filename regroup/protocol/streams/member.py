@@ -28,7 +28,8 @@ Driver loop::
 States (the consumer member's, without UNSUBSCRIBED: a streams member always has its topology)::
 
     JOINING --join answered--> STABLE | RECONCILING (one Stop/Start out) | ACKNOWLEDGING (owned
-    changed, not yet confirmed); fenced, unknown, group gone, session expired: back to JOINING
+    changed, not yet confirmed; or a Start waits for an answer to confirm the target: rule 4);
+    fenced, unknown, group gone, session expired: back to JOINING
     in the group --leave()--> PREPARE_LEAVING --all stopped--> LEAVING --answer or failure--> LEFT
     any state --fatal error--> FATAL            any state --close()--> LEFT
 
@@ -60,7 +61,14 @@ Rules:
    answer grants it. With nothing outstanding the member emits ``StopTasks(owned - target)`` (role
    by role) if non-empty, else ``StartTasks(target - owned)`` if non-empty; at most one is
    outstanding, so every Stop is acknowledged before any Start, and each acknowledgement computes
-   the next step against the latest target. A task changing role here (warm-up -> active on
+   the next step against the latest target -- but a Start only from a target the coordinator has
+   confirmed: none while a request is in flight, nor after a lost answer (transport failure or
+   error) until the next successful one. Each request reported what the member holds, and a task of
+   its assignment it did not report in any role (not started yet) is the coordinator's to take back
+   without waiting for a revocation -- and to give away: the active to another member, the task in
+   any role to another member of the same process (one state directory). The answer saying so may
+   be the one in flight or the one lost, so the Start waits for the next answer (ACKNOWLEDGING, the
+   request due at once); a Stop never waits. A task changing role here (warm-up -> active on
    promotion, active -> standby) is a Stop of the old role, then a Start of the new one. That is
    safe: the local state directory stays, only the role's processing stops and starts; an active
    commits before it stops, and once stopped the member reports not holding the task, which is
@@ -161,7 +169,9 @@ StreamsAction: TypeAlias = StopTasks | StartTasks | LostTasks | Fatal
 class StreamsMemberState(Enum):
     JOINING = "JOINING"  # next request is a join (epoch 0, full, owned empty, topology)
     RECONCILING = "RECONCILING"  # a Stop or Start awaits the driver's acknowledgement
-    ACKNOWLEDGING = "ACKNOWLEDGING"  # owned changed and the coordinator has not confirmed it yet
+    #: Owned changed and the coordinator has not confirmed it yet, or a Start waits for an answer
+    #: that confirms the target (rule 4).
+    ACKNOWLEDGING = "ACKNOWLEDGING"
     STABLE = "STABLE"  # owned == target and the coordinator knows it
     PREPARE_LEAVING = "PREPARE_LEAVING"  # leave() called: the driver stops everything first
     LEAVING = "LEAVING"  # next request is the leave (epoch -1 / -2)
@@ -578,7 +588,7 @@ class StreamsMemberStateMachine:
             start = _minus(self._target, self._owned)
             if stop != NO_TASKS:
                 self._pending = StopTasks(stop)
-            elif start != NO_TASKS:
+            elif start != NO_TASKS and self._target_confirmed():
                 self._pending = StartTasks(start)
             if self._pending is not None:
                 self._state = StreamsMemberState.RECONCILING
@@ -586,10 +596,15 @@ class StreamsMemberStateMachine:
         self._settle()
         return []
 
+    def _target_confirmed(self) -> bool:
+        """Rule 4: the last request was answered successfully and none is in flight, so the target is
+        the coordinator's current assignment (which moves only on our own heartbeats)."""
+        return self._timing.in_flight is None and self._acked is not None
+
     def _settle(self) -> None:
         if self._pending is not None:
             self._state = StreamsMemberState.RECONCILING
-        elif self._held() != self._reported:
+        elif self._held() != self._reported or (self._target is not None and self._owned != self._target):
             self._state = StreamsMemberState.ACKNOWLEDGING
         else:
             self._state = StreamsMemberState.STABLE

@@ -304,6 +304,80 @@ def test_target_change_during_a_start() -> None:
     assert m.tasks_started(A(T0, T1), 3100) == [StopTasks(A(T0))]
 
 
+def test_a_start_waits_for_the_answer_to_the_request_in_flight() -> None:
+    """Rule 4: the request in flight told the coordinator what we hold; a task of the target we had
+    not started may be taken back in its answer (and given to another member), so the next Start
+    waits for that answer."""
+    m = joined(A(T0, T1), epoch=1)
+    send(m, 3000)
+    assert m.on_response(ok(2, A(T1, T2)), 3000) == [StopTasks(A(T0))]
+    assert send(m, 6000).owned == A(T0, T1)  # in flight: T2 is not reported, free to be taken back
+    assert m.tasks_stopped(A(T0), 6001) == []  # not StartTasks(A(T2)): the target may be stale
+    assert state(m) is S.ACKNOWLEDGING and m.owned == A(T1) and m.pending is None
+    assert m.on_response(ok(3, A(T1)), 6010) == []  # it was taken back: nothing to start
+    assert state(m) is S.ACKNOWLEDGING and m.heartbeat_due(6010)  # owned changed: say so
+    assert send(m, 6010).owned == A(T1)
+    m.on_response(ok(3), 6020)
+    assert state(m) is S.STABLE
+    # Had the answer confirmed the target, the Start goes out with it.
+    m = joined(A(T0, T1), epoch=1)
+    send(m, 3000)
+    m.on_response(ok(2, A(T1, T2)), 3000)
+    send(m, 6000)
+    assert m.tasks_stopped(A(T0), 6001) == []
+    assert m.on_response(ok(2), 6010) == [StartTasks(A(T2))]
+
+
+@pytest.mark.parametrize("role", ["active", "standby", "warmup"])
+def test_a_start_waits_for_an_answer_after_a_lost_one(role: str) -> None:
+    """Rule 4: a lost answer may have taken back tasks of the target the member had not started (an
+    active given to another member, a copy to another member of this process): the member does not
+    go on to start them before an answer tells it its assignment. (A slow driver finished one Start
+    and the member started, from its stale target, an active another member was running.)"""
+    def grown(*tasks: TaskId) -> MemberTasks:
+        return plus(A(T0), roles(**{role: tasks}))
+
+    m = member()
+    send(m, 0)
+    assert m.on_response(ok(1, A(T0)), 0) == [StartTasks(A(T0))]  # a slow driver: not acknowledged yet
+    send(m, 3000)
+    assert m.on_response(ok(2, grown(T1, T2)), 3000) == []  # one Start at a time: T1, T2 wait
+    assert send(m, 6000).owned == A(T0)
+    assert m.request_failed(6000) == []  # its answer (T2 taken back) is lost
+    assert m.tasks_started(A(T0), 6050) == []  # not a Start of T1, T2: the target may be stale
+    assert state(m) is S.ACKNOWLEDGING and m.heartbeat_due(6050)
+    req = send(m, 6050)
+    assert is_full(m, req) and req.owned == A(T0)
+    assert m.on_response(ok(3, grown(T1)), 6060) == [StartTasks(roles(**{role: (T1,)}))]
+
+
+def test_a_start_waits_for_an_answer_after_an_error() -> None:
+    m = joined(A(T0), epoch=1)
+    send(m, 3000)
+    assert m.on_response(ok(2, A(T1)), 3000) == [StopTasks(A(T0))]
+    send(m, 6000)
+    assert m.on_response(err(ErrorCode.STALE_MEMBER_EPOCH), 6000) == []
+    assert m.tasks_stopped(A(T0), 6050) == [] and state(m) is S.ACKNOWLEDGING
+    req = send(m, 6050)  # at once, not after the backoff: owned changed
+    assert is_full(m, req) and req.owned == NO_TASKS
+    assert m.on_response(ok(2), 6060) == [StartTasks(A(T1))]
+
+
+def test_a_stop_never_waits_for_an_answer() -> None:
+    """Only a Start can act on a task the coordinator gave away meanwhile; stopping what the member
+    runs is always safe, and the coordinator waits for it."""
+    m = member()
+    send(m, 0)
+    assert m.on_response(ok(1, A(T0, T1)), 0) == [StartTasks(A(T0, T1))]
+    send(m, 3000)
+    assert m.on_response(ok(2, A(T1)), 3000) == []
+    send(m, 6000)  # in flight
+    assert m.tasks_started(A(T0, T1), 6001) == [StopTasks(A(T0))]
+    assert m.request_failed(6001) == []
+    assert m.tasks_stopped(A(T0), 6002) == []  # the answer was lost, but nothing is left to start
+    assert state(m) is S.ACKNOWLEDGING and m.owned == A(T1) and m.heartbeat_due(6002)
+
+
 def test_an_assignment_with_a_task_in_two_roles_is_fatal() -> None:
     m = joined(A(T0))
     send(m, 3000)
@@ -744,6 +818,8 @@ class StreamsMemberMachine(RuleBasedStateMachine):
         self.running = NO_TASKS  # what the driver runs, by acknowledged actions only
         self.outstanding: StopTasks | StartTasks | None = None
         self.expect_full = True
+        #: The last request was answered successfully (rule 4: only then may a Start be emitted).
+        self.confirmed = False
 
     def digest(self, actions: list[StreamsAction]) -> None:
         kinds = [type(a) for a in actions]
@@ -768,6 +844,9 @@ class StreamsMemberMachine(RuleBasedStateMachine):
                     for role, ts in self.running.roles():
                         assert ts <= dict(target.roles())[role], f"Start before Stop of {role}"
                     assert _all(mine).isdisjoint(_all(self.running))
+                    assert self.inflight is None and self.confirmed, (
+                        "Start from a target the coordinator has not confirmed (a request in flight, "
+                        "or its last answer lost)")
                 self.outstanding = a
 
     @rule(dt=st.integers(0, 25_000))
@@ -805,6 +884,7 @@ class StreamsMemberMachine(RuleBasedStateMachine):
         if self.inflight.member_epoch == 0 or bump:
             self.coord_epoch += 1
         self.inflight = None
+        self.confirmed = True
         self.digest(self.m.on_response(ok(self.coord_epoch, assignment), self.now))
 
     @precondition(lambda self: self.inflight is not None)
@@ -812,6 +892,7 @@ class StreamsMemberMachine(RuleBasedStateMachine):
     def respond_error(self, code: ErrorCode) -> None:
         self.inflight = None
         self.expect_full = True
+        self.confirmed = False
         self.digest(self.m.on_response(err(code, "boom"), self.now))
 
     @precondition(lambda self: self.inflight is not None)
@@ -819,6 +900,7 @@ class StreamsMemberMachine(RuleBasedStateMachine):
     def fail(self) -> None:
         self.inflight = None
         self.expect_full = True
+        self.confirmed = False
         self.digest(self.m.request_failed(self.now))
 
     @precondition(lambda self: self.outstanding is not None)
@@ -864,8 +946,12 @@ class StreamsMemberMachine(RuleBasedStateMachine):
         m = self.m
         if m.state is S.RECONCILING:
             assert m.pending is not None
-        if m.state in (S.STABLE, S.ACKNOWLEDGING):
+        if m.state is S.STABLE:
             assert m.pending is None and m.owned == m.target
+        if m.state is S.ACKNOWLEDGING:
+            # A Start may be held back until an answer confirms the target (rule 4).
+            assert m.pending is None and m.target is not None and minus(m.owned, m.target) == NO_TASKS
+            assert m.owned == m.target or self.inflight is not None or not self.confirmed
         if m.state is S.JOINING:
             assert m.epoch == 0 and m.owned == NO_TASKS
         if m.state in (S.LEFT, S.FATAL):

@@ -400,6 +400,75 @@ def test_a_crashed_members_tasks_move_to_its_standbys_and_a_static_restart_gets_
 
 
 # --------------------------------------------------------------------------------------------------
+# A slow driver's acknowledgement while the answer that shrank its target is in flight, or lost
+
+
+def _slow_member_whose_target_grew() -> tuple[Cluster, Node]:
+    """a took s_0 (its driver is slow: the Start is still out); partitions were added, and a's target
+    grew to every task. a reports holding s_0 only (rule 3), so the coordinator may take the others
+    back without waiting for a revocation. P2's state directory has caught-up copies of every task,
+    so a member joining there may be given actives at once."""
+    c = Cluster(eager=False)
+    c.sg.update_topics(TopicMetadata({TOPIC: 1}), c.now)
+    a = c.add("a", "P1")
+    s0 = MemberTasks(active=frozenset({TaskId("s", 0)}))
+    assert [action for _, action in a.todo] == [StartTasks(s0)]
+    c.keep(c.sg.update_topics(TopicMetadata({TOPIC: PARTITIONS}), c.now))
+    c.settle_now()
+    assert a.m.target == MemberTasks(active=ALL) and a.m.pending == StartTasks(s0)
+    c.disks["P2"] = {t: 0 for t in ALL}
+    return c, a
+
+
+def test_an_acknowledgement_after_a_lost_answer_does_not_start_an_active_given_away() -> None:
+    """The consumer member's bug, in streams: b joined and the coordinator moved actives a had not
+    started to b, in an answer to a that was lost; b started them. When a's driver acknowledged s_0,
+    a started the rest of its stale target: two actives for those tasks. Now the Start waits for an
+    answer that confirms a's assignment."""
+    c, a = _slow_member_whose_target_grew()
+    a.cut = c.answers_lost = True  # a's requests reach the coordinator; its answers are lost
+    b = c.add("b", "P2")  # b joins; a, nudged, reports s_0 only: the rest is taken back, b gets its share
+    moved = b.running.active
+    assert moved and a.m.target == MemberTasks(active=ALL)  # a's target is stale
+    assert c.work(a)  # a's driver acknowledges s_0
+    c.check()
+    assert a.m.pending is None and a.m.state is StreamsMemberState.ACKNOWLEDGING
+    assert a.running == a.m.owned == MemberTasks(active=frozenset({TaskId("s", 0)}))
+    a.cut = False
+    c.eager = True
+    c.run_until(c.settled, within_ms=4 * INTERVAL_MS)
+    assert c.active_owner() == {t: "b" if t in moved else "a" for t in ALL}
+
+
+def test_an_acknowledgement_while_the_answer_is_in_flight_does_not_start_an_active_given_away() -> None:
+    """As above, with a's answer still on its way when its driver acknowledges."""
+    c, a = _slow_member_whose_target_grew()
+    a.cut = True  # a's heartbeat after b's join fails without reaching the coordinator
+    b = c.add("b", "P2")
+    assert b.m.owned == NO_TASKS  # everything is still a's: b waits
+    a.cut = False
+    retry_at = a.m.next_heartbeat_at()
+    assert retry_at is not None
+    c.now = retry_at
+    req = a.m.next_request(c.now)
+    assert req is not None and req.owned == MemberTasks(active=frozenset({TaskId("s", 0)}))
+    out = c.sg.heartbeat(req, c.now)  # the coordinator takes back what a did not report...
+    c.keep(out)
+    assert c.exchange(b)  # ...and b, nudged, is granted it and starts it
+    moved = b.running.active
+    assert moved and a.m.target == MemberTasks(active=ALL)  # a has not heard yet
+    assert c.work(a)  # a's driver acknowledges s_0 before a's answer arrives
+    c.check()
+    assert a.m.pending is None and a.m.state is StreamsMemberState.ACKNOWLEDGING
+    c.handle(a, a.m.on_response(out.response, c.now))  # the answer: a starts only what it still has
+    c.check()
+    assert a.m.pending == StartTasks(MemberTasks(active=ALL - moved - {TaskId("s", 0)}))
+    c.eager = True
+    c.run_until(c.settled, within_ms=4 * INTERVAL_MS)
+    assert c.active_owner() == {t: "b" if t in moved else "a" for t in ALL}
+
+
+# --------------------------------------------------------------------------------------------------
 # Random churn
 
 
