@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from regroup.protocol.assignors.base import GroupSpec, MemberSpec
@@ -132,7 +132,8 @@ def group_details(draw: st.DrawFn) -> GroupDetails:
     return GroupDetails(description, clients, statuses, history, draw(text))
 
 
-@settings(max_examples=40)
+# Large nested draws: on a loaded machine generation alone can pass Hypothesis' speed checks.
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(group_details())
 def test_group_details_round_trip(details: GroupDetails) -> None:
     assert wire.group_details_from_pb(through_bytes(wire.group_details_to_pb(details))) == details

@@ -71,6 +71,9 @@ log = logging.getLogger("regroup.spark.tasks")
 
 ACTIVE, STANDBY, WARMUP, PARKED = "active", "standby", "warm-up", "parked"
 
+#: How many times a failed active query is started again before the pipeline gives up.
+_ACTIVE_RESTARTS = 3
+
 
 class StreamsPipelineError(RuntimeError):
     """The pipeline cannot go on (the coordinator refused the member, or a task's query failed)."""
@@ -176,6 +179,7 @@ class StreamsPipeline:
         #: How tasks started here: promoted (a copy took over in place), resumed (own checkpoint of
         #: record), copied (the batch of record copied), fresh (no checkpoint) — per role.
         self.starts: collections.Counter[str] = collections.Counter()
+        self._failures: collections.Counter[TaskId] = collections.Counter()
         self._scan_dormant()
 
     # ---------------------------------------------------------------- lifecycle
@@ -439,7 +443,18 @@ class StreamsPipeline:
             if q.handle is not None and not q.handle.isActive and not q.fenced:
                 err = q.handle.exception()
                 if q.role == ACTIVE:
-                    raise StreamsPipelineError(f"the query of active task {t} failed: {err}")
+                    # Spark fails a query on transient trouble too (a Python worker that could not
+                    # connect back on a loaded machine): start it again from the checkpoint of
+                    # record, a few times, before giving up.
+                    self._failures[t] += 1
+                    if self._failures[t] > _ACTIVE_RESTARTS:
+                        raise StreamsPipelineError(f"the query of active task {t} failed "
+                                                   f"{self._failures[t]} times; last: {err}")
+                    log.warning("task %s: the active query failed (%s); starting it again", t, err)
+                    self._halt(t)
+                    self._fetch_committed([t])
+                    self._start(t, ACTIVE)
+                    continue
                 log.warning("task %s: the %s query failed (%s); dropping the copy", t, q.role, err)
                 self._halt(t)
             elif q.role == PARKED and time.monotonic() - q.parked_at > self.park_ms / 1000:
