@@ -44,27 +44,43 @@ def bench_heartbeat(
 @app.command("demo")
 def demo(
     members: int = typer.Option(3, min=2, help="Spark member processes at the start."),
-    partitions: int = typer.Option(12, min=1, help="Partitions of the demo topic."),
-    rate: int = typer.Option(2_000, min=1, help="Records produced per second."),
-    duration: float = typer.Option(120.0, min=12, help="Seconds of workload (events spread over it)."),
+    partitions: int | None = typer.Option(None, min=1, help="Partitions of the demo topic (the stateful "
+                                                            "demo's tasks; default 6, stateless 12)."),
+    rate: int | None = typer.Option(None, min=1, help="Records produced per second (default 300, "
+                                                      "stateless 2000)."),
+    duration: float | None = typer.Option(None, min=12, help="Seconds of workload, at least (events "
+                                                             "spread over it; default 90, stateless 120)."),
     log: str | None = typer.Option(None, help="kafka://HOST:PORT to run on a Kafka cluster (default: "
                                               "the embedded log in the data directory)."),
     report: str | None = typer.Option(None, help="Directory for the report (PNG + HTML)."),
     keep: bool = typer.Option(False, help="Keep the data directory for inspection."),
+    stateless: bool = typer.Option(False, "--stateless", help="Run the stateless PySpark demo (per-batch "
+                                                              "aggregates, a consumer group) instead."),
     consumers: bool = typer.Option(False, "--consumers", help="Run the plain-Python consumer demo instead "
-                                                              "of the PySpark one."),
+                                                              "of a PySpark one."),
     json_output: bool = typer.Option(False, "--json", help="Print the results as one JSON object."),
 ) -> None:
-    """The main job: PySpark streaming queries in one group scale out, in, roll and survive kill -9."""
+    """The main job: a stateful PySpark pipeline in a streams group scales out, in, rolls and survives
+    kill -9, its state moving with its tasks; checked against the batch job."""
+    if consumers and stateless:
+        raise typer.BadParameter("choose one of --consumers and --stateless", param_hint="--stateless")
     if consumers:
         from regroup.demo.consumer_demo import run_consumer_demo
 
-        result = run_consumer_demo(members, partitions, rate, duration, json_output, keep)
-    else:
+        result = run_consumer_demo(members, partitions or 12, rate or 2_000, duration or 120.0, json_output,
+                                   keep)
+    elif stateless:
         from regroup.demo.spark_demo import run_spark_demo
 
-        result = run_spark_demo(members, partitions, rate, duration, json_output, keep, log, report)
-    if result["lost"]:
+        result = run_spark_demo(members, partitions or 12, rate or 2_000, duration or 120.0, json_output,
+                                keep, log, report)
+    else:
+        from regroup.demo.stateful_demo import run_stateful_demo
+        from regroup.demo.stateful_demo.run import DURATION_S, PARTITIONS, RATE
+
+        result = run_stateful_demo(members, partitions or max(PARTITIONS, members + 1), rate or RATE,
+                                   duration or DURATION_S, json_output, keep, log, report)
+    if result["lost"] or result.get("output_matches_batch_job") is False:
         raise typer.Exit(1)
 
 

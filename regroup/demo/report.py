@@ -1,5 +1,9 @@
 """The demo's report: a PNG (who owned which partition when, and each member's throughput) and an HTML
-page with the PNG and the results tables. Plain data in, files out: nothing here knows Spark."""
+page with the PNG and the results tables. Plain data in, files out: nothing here knows Spark.
+
+For a streams group the rows are tasks and each task's row also shows its copies (`ReportData.copies`):
+the active is the tall bar, a standby a thin light bar and a warm-up a thin dotted bar beneath it,
+each in its member's colour."""
 
 from __future__ import annotations
 
@@ -33,6 +37,15 @@ class ReportData:
     notes: Sequence[str] = ()
     #: The coordinator's dashboard during the run (it stops with the demo's coordinator).
     dashboard_url: str | None = None
+    #: Streams groups: (wall time, {task: ((member, role), ...)}) of the standby and warm-up copies
+    #: as sampled (roles ``standby`` and ``warm-up``); empty for a consumer group.
+    copies: Sequence[tuple[float, Mapping[int, Sequence[tuple[str, str]]]]] = ()
+    #: What a row of the ownership chart is ("partition", or "task" for a streams group).
+    row_label: str = "partition"
+    #: The throughput panel's unit.
+    throughput_label: str = "records/s"
+    #: More tables after the events table: (title, header, rows).
+    tables: Sequence[tuple[str, Sequence[str], Sequence[Sequence[str]]]] = ()
 
 
 def ownership_segments(ownership: Sequence[tuple[float, Mapping[int, str], Set[int]]],
@@ -48,6 +61,31 @@ def ownership_segments(ownership: Sequence[tuple[float, Mapping[int, str], Set[i
             out[-1] = (out[-1][0], t_next, owner, gone)
         else:
             out.append((t, t_next, owner, gone))
+    return out
+
+
+#: The copies' roles, drawn beneath the active: (band offset from the row's centre, style).
+COPY_ROLES = ("standby", "warm-up")
+
+
+def copy_segments(copies: Sequence[tuple[float, Mapping[int, Sequence[tuple[str, str]]]]], row: int,
+                  role: str) -> list[tuple[float, float, str]]:
+    """(start, end, member) runs of one row's copies in one role; each sample holds until the next.
+    Two copies in one role at once (a standby on each of two members) give overlapping runs."""
+    out: list[tuple[float, float, str]] = []
+    open_runs: dict[str, int] = {}  # member -> index in out of its run still open
+    for (t, held), (t_next, _) in itertools.pairwise(copies):
+        now = {m for m, r in held.get(row, ()) if r == role}
+        for m in sorted(now):
+            i = open_runs.get(m)
+            if i is not None and abs(out[i][1] - t) < 1e-9:
+                out[i] = (out[i][0], t_next, m)
+            else:
+                open_runs[m] = len(out)
+                out.append((t, t_next, m))
+        for m in list(open_runs):
+            if m not in now:
+                del open_runs[m]
     return out
 
 
@@ -79,29 +117,50 @@ def _plot(path: Path, data: ReportData) -> None:
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    members = sorted(set(data.batches) | {m for _, o, _ in data.ownership for m in o.values()})
+    members = sorted(set(data.batches) | {m for _, o, _ in data.ownership for m in o.values()}
+                     | {m for _, held in data.copies for cs in held.values() for m, _ in cs})
     palette = plt.get_cmap("tab10")
     color = {m: palette(i % 10) for i, m in enumerate(members)}
     t_end = max([data.t0 + 1, *(t for t, _, _ in data.ownership),
                  *(t for b in data.batches.values() for t, _ in b)])
     fig, (own, thr) = plt.subplots(2, 1, figsize=(12, 7.5), sharex=True,
                                    gridspec_kw={"height_ratios": [max(3, data.partitions / 3), 3]})
+    # With copies, the active takes the upper part of a row and each copy role a thin band beneath.
+    active_band = (-0.05, 0.45) if data.copies else (-0.4, 0.8)
+    copy_bands = {"standby": (-0.22, 0.14), "warm-up": (-0.4, 0.14)}
     for p in range(data.partitions):
         segs = ownership_segments(data.ownership, p)
+        band = (p + active_band[0], active_band[1])
         for m, gone in sorted({(s[2], s[3]) for s in segs}):
             bars = [(a - data.t0, b - a) for a, b, o, g in segs if (o, g) == (m, gone)]
             if gone:  # still assigned, nobody processing: a static member away, a killed one
-                own.broken_barh(bars, (p - 0.4, 0.8), facecolor="white", edgecolor=color.get(m, "grey"),
+                own.broken_barh(bars, band, facecolor="white", edgecolor=color.get(m, "grey"),
                                 hatch="////", linewidth=0.5)
             else:
-                own.broken_barh(bars, (p - 0.4, 0.8), color=color.get(m, "grey"))
+                own.broken_barh(bars, band, color=color.get(m, "grey"))
+        for role in COPY_ROLES if data.copies else ():
+            off, height = copy_bands[role]
+            for a, b, m in copy_segments(data.copies, p, role):
+                if role == "standby":
+                    own.broken_barh([(a - data.t0, b - a)], (p + off, height), color=color.get(m, "grey"),
+                                    alpha=0.45, linewidth=0)
+                else:
+                    own.broken_barh([(a - data.t0, b - a)], (p + off, height), facecolor="white",
+                                    edgecolor=color.get(m, "grey"), hatch="....", linewidth=0.6)
     own.set_ylim(-0.7, data.partitions - 0.3)
     own.set_yticks(range(data.partitions))
-    own.set_ylabel("partition")
-    own.set_title("partition ownership (coordinator's view; hatched: its owner is not running; "
-                  "blank: no owner)", pad=16)
+    own.set_ylabel(data.row_label)
+    if data.copies:
+        own.set_title(f"{data.row_label} ownership by role (coordinator's view): tall bar active, "
+                      "thin bars standby / warm-up", pad=16)
+    else:
+        own.set_title(f"{data.row_label} ownership (coordinator's view; hatched: its owner is not running; "
+                      "blank: no owner)", pad=16)
     handles = [Patch(color=color[m], label=m) for m in members]
     handles.append(Patch(facecolor="white", edgecolor="grey", hatch="////", label="owner gone"))
+    if data.copies:
+        handles.append(Patch(facecolor="grey", alpha=0.45, label="standby"))
+        handles.append(Patch(facecolor="white", edgecolor="grey", hatch="....", label="warm-up"))
     own.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), title="member")
     total: list[float] = []
     for m in members:
@@ -110,7 +169,7 @@ def _plot(path: Path, data: ReportData) -> None:
         total = [a + b for a, b in zip(total, ys, strict=True)] if total else list(ys)
     if total:
         thr.plot(xs, total, color="black", linestyle="--", linewidth=0.8, label="all")
-    thr.set_ylabel(f"records/s (last {WINDOW_S:.0f} s)")
+    thr.set_ylabel(f"{data.throughput_label} (last {WINDOW_S:.0f} s)")
     thr.set_xlabel("seconds since the workload started")
     thr.set_title("throughput per member (completed micro-batches)")
     thr.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
@@ -151,6 +210,7 @@ th{{background:#f3f3f3}}img{{max-width:100%}}</style></head>
 {_dashboard_link(data.dashboard_url)}
 <h2>Results</h2>{_table(None, data.summary)}
 <h2>Events</h2>{_table(data.event_header, data.event_rows)}
+{"".join(f"<h3>{html.escape(t)}</h3>{_table(h, rows)}" for t, h, rows in data.tables)}
 {"".join(f"<p>{html.escape(n)}</p>" for n in data.notes)}
 <img alt="partition ownership and throughput over time" src="data:image/png;base64,{image}">
 </body></html>
