@@ -149,3 +149,36 @@ def test_static_restart_resumes_its_own_checkpoints_in_place(group_factory: Any)
     assert again.process_id == a.process_id
     assert dict(again.starts) == {"resumed active": PARTITIONS}, dict(again.starts)
     sink.check(g.producer.produced)
+
+
+def test_a_failed_standby_query_is_started_again_and_later_takes_over(group_factory: Any) -> None:
+    """A copy's query that fails (here: stopped behind the member's back, as Spark does on trouble)
+    is started again after a back-off while the coordinator still wants it — a copy dropped for
+    good would leave a warm-up that never catches up — and it takes over when the active leaves."""
+    g = group_factory("--standby-replicas", "1", "--acceptable-recovery-lag", "0")
+    sink = Sink("count")
+    g.producer.produce(40)
+    a = g.member("count", sink)
+    wait_for(lambda: sink.processed() == g.producer.total, 300, "a to process everything")
+    b = g.member("count", sink)
+
+    def standbys(p: Any) -> list[Any]:
+        return [t for t, r in p.tasks.items() if r == "standby"]
+
+    wait_for(lambda: (g.producer.produce(2) or True) and _balanced(a, b) and len(standbys(b)) == 2, 300,
+             f"two actives and two standbys on each member ({roles([a, b])})", poll=0.4)
+    task = standbys(b)[0]
+    failed = b._queries[task]
+    started = sum(n for how, n in b.starts.items() if how.endswith("standby"))
+    failed.handle.stop()  # the query ends without the member asking: to the member, a failure
+    wait_for(lambda: b.tasks.get(task) == "standby" and b._queries[task] is not failed
+             and b._queries[task].running, 120, f"b to start the standby of {task} again ({roles([b])})")
+    assert sum(n for how, n in b.starts.items() if how.endswith("standby")) == started + 1, dict(b.starts)
+    g.producer.produce(20)
+    wait_for(lambda: sink.processed() == g.producer.total, 300, "both members to catch up")
+    a.stop()
+    g.producer.produce(10)
+    wait_for(lambda: _actives(b) == PARTITIONS and sink.processed() == g.producer.total, 300,
+             f"b to take every task over ({roles([b])})")
+    assert b.starts["promoted active"] >= 2, dict(b.starts)
+    sink.check(g.producer.produced)

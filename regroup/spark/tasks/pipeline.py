@@ -18,10 +18,19 @@ is on, which checkpoint is of record):
    offsets, urgently when a warm-up has caught up, so that the coordinator promotes it at once.
 4. Stopping an active is clean: its reader is gated (it plans no further batch), the member waits
    until the reader has obeyed — then the last batch has finished and committed — and only then
-   stops the query. A copy told to stop is parked (kept running, its limit frozen) for
-   ``park_ms``, because a promotion is a stop of the copy followed by a start of the active; a
-   parked copy that is not taken back is stopped and stays on disk, reported as dormant.
+   stops the query. Actives stopped together are gated together. A copy told to stop is parked
+   (kept running, its limit frozen) for ``park_ms``, because a promotion is a stop of the copy
+   followed by a start of the active; a parked copy that is not taken back is stopped and stays on
+   disk, reported as dormant.
 5. Losing the membership switches every sink off at once and stops the queries without committing.
+6. Actives come first. A query's start takes a second or more, and the control thread is the one
+   that stops actives other members wait for: so a start's actives are started at once, its
+   copies are queued and started one per turn of the loop, after any waiting action. A queued copy
+   is acknowledged as started (a copy's start is no promise to the group; its progress is reported
+   only once it runs) and leaves the queue when it is stopped or lost.
+7. A copy whose query fails is started again after a back-off (doubling, up to
+   ``_COPY_RETRY_MAX_S``) while the coordinator still wants it: a warm-up dropped for good would
+   never catch up, and the group would never settle.
 """
 
 from __future__ import annotations
@@ -73,6 +82,8 @@ ACTIVE, STANDBY, WARMUP, PARKED = "active", "standby", "warm-up", "parked"
 
 #: How many times a failed active query is started again before the pipeline gives up.
 _ACTIVE_RESTARTS = 3
+#: Rule 7: the longest back-off before a failed copy's query is started again.
+_COPY_RETRY_MAX_S = 30.0
 
 
 class StreamsPipelineError(RuntimeError):
@@ -156,10 +167,13 @@ class StreamsPipeline:
         self.root = Path(state) / group
         self.root.mkdir(parents=True, exist_ok=True)
         self.process_id = _process_id(self.root, instance_id)
-        self.run_dir = self.root / "run" / self.process_id
-        shutil.rmtree(self.run_dir, ignore_errors=True)
-        self.run_dir.mkdir(parents=True)
         self.member_id = str(uuid.uuid4())
+        # The control files of this incarnation's readers. Per incarnation: a static member's
+        # replacement may start while the old one is still stopping its queries, whose readers
+        # read their own files.
+        self.run_dir = self.root / "run" / self.process_id / self.member_id
+        _remove_stale_runs(self.run_dir.parent)
+        self.run_dir.mkdir(parents=True)
         self._machine = StreamsMemberStateMachine(
             group, self.member_id, self.process_id, self.topology, instance_id=instance_id,
             rebalance_timeout_ms=rebalance_timeout_ms, session_timeout_ms=session_timeout_ms,
@@ -180,14 +194,19 @@ class StreamsPipeline:
         #: record), copied (the batch of record copied), fresh (no checkpoint) — per role.
         self.starts: collections.Counter[str] = collections.Counter()
         self._failures: collections.Counter[TaskId] = collections.Counter()
+        self._copy_failures: collections.Counter[TaskId] = collections.Counter()
+        #: Rule 6/7: copies to start, with the role and the earliest time (monotonic) to start them.
+        self._queued: dict[TaskId, tuple[str, float]] = {}
         self._scan_dormant()
-
-    # ---------------------------------------------------------------- lifecycle
-    def start(self) -> StreamsPipeline:
         from regroup.spark.startup import register_source
         from regroup.spark.tasks.source import TaskDataSource
 
-        register_source(self.spark, TaskDataSource)  # with the fast start of the reader processes
+        # With the fast start of the reader processes. Here rather than in start(): it costs a
+        # few hundred ms, which should not delay the join.
+        register_source(self.spark, TaskDataSource)
+
+    # ---------------------------------------------------------------- lifecycle
+    def start(self) -> StreamsPipeline:
         self._machine.report_offsets(self._task_offsets(), _now_ms())
         self.membership = StreamsMembership(self._client, self._machine)
         self._thread = threading.Thread(target=self._run, name=f"regroup-streams-{self.group}", daemon=True)
@@ -229,6 +248,7 @@ class StreamsPipeline:
         try:
             while not self._stop.is_set():
                 self._handle(self.membership.take_actions())
+                self._start_queued()
                 self._watch()
                 self._refresh()
                 self._report()
@@ -238,9 +258,10 @@ class StreamsPipeline:
             log.exception("streams pipeline %s stopped on an error", self.group)
             self.error = e
         finally:
-            for t in list(self._queries):
-                self._halt(t)
+            self._queued.clear()
+            self._halt_all(list(self._queries))
             self.membership.close()
+            shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def _handle(self, actions: list[object]) -> None:
         assert self.membership is not None
@@ -259,8 +280,10 @@ class StreamsPipeline:
                 self.membership.tasks_started(a.tasks)
             elif isinstance(a, LostTasks):
                 log.warning("lost tasks (%s): stopping them without committing", a.reason)
-                for t in sorted(a.tasks.active | a.tasks.standby | a.tasks.warmup):
-                    self._halt(t)
+                lost = sorted(a.tasks.active | a.tasks.standby | a.tasks.warmup)
+                for t in lost:
+                    self._queued.pop(t, None)
+                self._halt_all(lost)
             elif isinstance(a, Fatal):
                 raise StreamsPipelineError(
                     f"the coordinator refused this member: {a.error.value}: {a.message}")
@@ -268,11 +291,38 @@ class StreamsPipeline:
 
     # ---------------------------------------------------------------- starting
     def _start_tasks(self, tasks: MemberTasks) -> None:
-        wanted = [(t, ACTIVE) for t in sorted(tasks.active)] + \
-                 [(t, STANDBY) for t in sorted(tasks.standby)] + [(t, WARMUP) for t in sorted(tasks.warmup)]
-        self._fetch_committed([t for t, _ in wanted])
-        for task, role in wanted:
-            self._start(task, role)
+        """Rule 6: the actives now, the copies queued."""
+        actives = sorted(tasks.active)
+        if actives:
+            self._fetch_committed(actives)
+        for task in actives:
+            self._queued.pop(task, None)
+            self._start(task, ACTIVE)
+        for task, role in [(t, STANDBY) for t in sorted(tasks.standby)] + \
+                          [(t, WARMUP) for t in sorted(tasks.warmup)]:
+            self._queued[task] = (role, 0.0)
+
+    def _start_queued(self) -> None:
+        """Start one queued copy that is due, unless an action is waiting (rules 6 and 7)."""
+        assert self.membership is not None
+        now = time.monotonic()
+        due = sorted(t for t, (_, at) in self._queued.items() if at <= now)
+        if not due or self._backlog or self.membership.has_actions():
+            return
+        task = due[0]
+        role, _ = self._queued[task]
+        owned = self._machine.owned
+        if task not in (owned.standby if role == STANDBY else owned.warmup):
+            self._queued.pop(task)  # the coordinator took it back in between
+            return
+        try:
+            self._fetch_committed([task])
+        except OffsetFetchError as e:
+            log.info("cannot start the %s of %s yet (retrying): %s", role, task, e)
+            self._queued[task] = (role, now + 1.0)
+            return
+        self._queued.pop(task)
+        self._start(task, role)
 
     def _start(self, task: TaskId, role: str) -> None:
         committed, record = self._committed[task]
@@ -393,30 +443,48 @@ class StreamsPipeline:
 
     # ---------------------------------------------------------------- stopping
     def _stop_tasks(self, tasks: MemberTasks) -> None:
-        for t in sorted(tasks.active):
-            self._stop_active(t)
+        for t in tasks.active | tasks.standby | tasks.warmup:
+            self._queued.pop(t, None)
+        self._stop_actives(sorted(tasks.active))
+        halt = []
         for t in sorted(tasks.standby | tasks.warmup):
             q = self._queries.get(t)
             if q is not None and q.running:
                 with q.lock:
                     q.role, q.parked_at = PARKED, time.monotonic()
             elif q is not None:
-                self._halt(t)
+                halt.append(t)
+        self._halt_all(halt)
 
-    def _stop_active(self, task: TaskId) -> None:
-        """Rule 4: gate, wait for the reader to obey (the last batch has finished), stop."""
-        q = self._queries.get(task)
-        if q is None:
+    def _stop_actives(self, tasks: Sequence[TaskId]) -> None:
+        """Rule 4: gate them all, wait for every reader to obey (its last batch has finished and
+        committed), then stop them."""
+        gated = [q for q in (self._queries.get(t) for t in tasks) if q is not None]
+        for q in gated:
+            if q.running:
+                q.generation = self._next_generation()
+                write_control(q.control, Control(q.generation, q.limit, gate=True))
+        deadline = time.monotonic() + self.rebalance_timeout_ms / 1000
+        while time.monotonic() < deadline and any(
+                q.running and read_ack(q.control) < q.generation for q in gated):
+            time.sleep(0.02)
+        for q in gated:
+            with q.lock:
+                q.fenced = True  # nothing after this point may commit
+        self._halt_all([q.task for q in gated])
+
+    def _halt_all(self, tasks: Sequence[TaskId]) -> None:
+        """`_halt` several queries at once: stopping a query waits for Spark to end its threads,
+        about a second each, which adds up on a member's leave."""
+        if len(tasks) <= 1:
+            for t in tasks:
+                self._halt(t)
             return
-        if q.running:
-            q.generation = self._next_generation()
-            write_control(q.control, Control(q.generation, q.limit, gate=True))
-            deadline = time.monotonic() + self.rebalance_timeout_ms / 1000
-            while q.running and read_ack(q.control) < q.generation and time.monotonic() < deadline:
-                time.sleep(0.02)
-        with q.lock:
-            q.fenced = True  # nothing after this point may commit
-        self._halt(task)
+        threads = [threading.Thread(target=self._halt, args=(t,), name=f"regroup-halt-{t}") for t in tasks]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
 
     def _halt(self, task: TaskId) -> None:
         """Stop the task's query at once (no gate) and keep its directory as a dormant copy."""
@@ -455,8 +523,15 @@ class StreamsPipeline:
                     self._fetch_committed([t])
                     self._start(t, ACTIVE)
                     continue
-                log.warning("task %s: the %s query failed (%s); dropping the copy", t, q.role, err)
                 self._halt(t)
+                if q.role in (STANDBY, WARMUP):  # rule 7
+                    self._copy_failures[t] += 1
+                    wait = min(_COPY_RETRY_MAX_S, 2.0 ** self._copy_failures[t])
+                    log.warning("task %s: the %s query failed (%s); starting it again in %.0f s", t,
+                                q.role, err, wait)
+                    self._queued[t] = (q.role, time.monotonic() + wait)
+                else:
+                    log.warning("task %s: the parked copy's query failed (%s); dropping it", t, err)
             elif q.role == PARKED and time.monotonic() - q.parked_at > self.park_ms / 1000:
                 self._halt(t)
             elif q.role == ACTIVE and q.limit is not None and q.sink_from is not None \
@@ -571,6 +646,23 @@ def _process_id(root: Path, instance_id: str | None) -> str:
     tmp.write_text(pid + "\n")
     tmp.replace(path)
     return pid
+
+
+#: An incarnation's control files left this long ago belong to a member that is gone.
+_STALE_RUN_S = 3600.0
+
+
+def _remove_stale_runs(directory: Path) -> None:
+    """Remove the control files of earlier incarnations that ended without cleaning up (kill -9),
+    not those of one that may still be stopping."""
+    if not directory.is_dir():
+        return
+    for d in directory.iterdir():
+        try:
+            if time.time() - d.stat().st_mtime > _STALE_RUN_S:
+                shutil.rmtree(d, ignore_errors=True)
+        except FileNotFoundError:
+            pass
 
 
 def _fmt(offsets: Mapping[Shard, int]) -> str:
