@@ -1,0 +1,175 @@
+"""`StreamsPipeline`'s control thread without Spark (unit tests of one module): which queries start
+when, what a stop does to queued copies, and what a failed query leads to. Spark, the membership
+and the query start are stand-ins; `test_tasks.py` runs the same paths with real Spark."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from regroup.protocol.streams.assignment import MemberTasks
+from regroup.protocol.streams.topology import TaskId
+from regroup.spark.tasks import pipeline as pipeline_module
+from regroup.spark.tasks.pipeline import _COPY_RETRY_MAX_S, StreamsPipeline, StreamsPipelineError, _TaskQuery
+
+A, B, C, D = (TaskId("s", p) for p in range(4))
+
+
+@dataclass
+class FakeMembership:
+    actions_waiting: bool = False
+
+    def has_actions(self) -> bool:
+        return self.actions_waiting
+
+
+@dataclass
+class FakeMachine:
+    owned: MemberTasks = field(default_factory=MemberTasks)
+    epoch: int = 1
+
+
+class FakeQuery:
+    """A Spark query handle: ``isActive`` until stopped or failed."""
+
+    def __init__(self) -> None:
+        self.isActive = True
+        self.stopped = False
+        self.error: BaseException | None = None
+
+    def fail(self, error: BaseException) -> None:
+        self.isActive, self.error = False, error
+
+    def stop(self) -> None:
+        self.isActive, self.stopped = False, True
+
+    def exception(self) -> BaseException | None:
+        return self.error
+
+
+@pytest.fixture
+def pipeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setattr("regroup.spark.startup.register_source", lambda spark, source: None)
+    p = StreamsPipeline(object(), group="g", topology={"s": ["t"]}, build=lambda df, t: df,
+                        sink=lambda df, b: None, coordinator="127.0.0.1:1", log=str(tmp_path / "log"),
+                        state=tmp_path / "state")
+    p.membership = FakeMembership()  # type: ignore[assignment]
+    p._machine = FakeMachine()  # type: ignore[assignment]
+    p.started = []  # type: ignore[attr-defined]
+    clock = [1000.0]
+    monkeypatch.setattr(pipeline_module.time, "monotonic", lambda: clock[0])
+    p.clock = clock  # type: ignore[attr-defined]
+
+    def start(task: TaskId, role: str) -> None:  # what `_start` leaves behind, without Spark
+        p.started.append((task, role))  # type: ignore[attr-defined]
+        q = _TaskQuery(task, role, f"tasks/{task}/x.1", tmp_path / f"{task}.json", 1, begin={}, ends={})
+        q.handle = FakeQuery()
+        p._queries[task] = q
+
+    monkeypatch.setattr(p, "_start", start)
+    monkeypatch.setattr(p, "_fetch_committed", lambda tasks: None)
+    yield p
+    p._client.close()
+
+
+def own(p: Any, **roles: set[TaskId]) -> None:
+    p._machine.owned = MemberTasks(**{k: frozenset(v) for k, v in roles.items()})
+
+
+def test_actives_start_at_once_and_copies_one_per_turn(pipeline: Any) -> None:
+    p = pipeline
+    p._start_tasks(MemberTasks(frozenset({A}), frozenset({B}), frozenset({C})))
+    assert p.started == [(A, "active")]
+    own(p, active={A}, standby={B}, warmup={C})
+    p._start_queued()
+    assert p.started[1:] == [(B, "standby")]
+    p._start_queued()
+    assert p.started[2:] == [(C, "warm-up")]
+    p._start_queued()
+    assert len(p.started) == 3 and not p._queued
+
+
+def test_a_waiting_action_goes_before_a_queued_copy(pipeline: Any) -> None:
+    p = pipeline
+    p._start_tasks(MemberTasks(standby=frozenset({B})))
+    own(p, standby={B})
+    p.membership.actions_waiting = True
+    p._start_queued()
+    assert p.started == []
+    p.membership.actions_waiting = False
+    p._start_queued()
+    assert p.started == [(B, "standby")]
+
+
+def test_a_stop_or_a_loss_takes_a_queued_copy_out_and_nothing_starts(pipeline: Any) -> None:
+    p = pipeline
+    p._start_tasks(MemberTasks(standby=frozenset({B, D}), warmup=frozenset({C})))
+    p._stop_tasks(MemberTasks(warmup=frozenset({C})))
+    p._handle([pipeline_module.LostTasks(MemberTasks(standby=frozenset({D})), "fenced")])
+    assert set(p._queued) == {B}
+
+
+def test_a_queued_copy_no_longer_owned_is_dropped_not_started(pipeline: Any) -> None:
+    p = pipeline
+    p._start_tasks(MemberTasks(warmup=frozenset({C})))
+    own(p, standby={C})  # the coordinator wants it in another role now: a Stop/Start will say so
+    p._start_queued()
+    assert p.started == [] and not p._queued
+
+
+def test_a_failed_copy_is_started_again_after_a_doubling_back_off(pipeline: Any) -> None:
+    p, clock = pipeline, pipeline.clock
+    own(p, warmup={C})
+    waits = []
+    for _ in range(7):
+        p._start(C, "warm-up")
+        query = p._queries[C].handle
+        query.fail(RuntimeError("Python worker failed to connect back"))
+        p._watch()
+        assert C not in p._queries and query.stopped
+        role, at = p._queued[C]
+        waits.append(at - clock[0])
+        assert role == "warm-up"
+        p._start_queued()
+        assert p.started[-1] == (C, "warm-up")  # not due yet: the one started above
+        clock[0] = at
+        p._start_queued()
+        assert C in p._queries
+    assert waits == [2.0, 4.0, 8.0, 16.0, _COPY_RETRY_MAX_S, _COPY_RETRY_MAX_S, _COPY_RETRY_MAX_S]
+
+
+def test_a_failed_parked_copy_is_dropped_and_a_failed_active_retried_then_given_up(pipeline: Any) -> None:
+    p = pipeline
+    p._start(B, "standby")
+    p._stop_tasks(MemberTasks(standby=frozenset({B})))
+    assert p.tasks == {B: "parked"}
+    p._queries[B].handle.fail(RuntimeError("boom"))
+    p._watch()
+    assert B not in p._queries and B not in p._queued
+    p._start(A, "active")
+    for _ in range(3):
+        p._queries[A].handle.fail(RuntimeError("boom"))
+        p._watch()
+        assert p.tasks == {A: "active"}
+    p._queries[A].handle.fail(RuntimeError("boom"))
+    with pytest.raises(StreamsPipelineError, match="failed 4 times"):
+        p._watch()
+
+
+def test_actives_stopped_together_are_gated_together(pipeline: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    p = pipeline
+    for t in (A, B):
+        p._start(t, "active")
+    gates: list[tuple[str, bool]] = []
+
+    def write_control(path: Path, control: Any) -> None:
+        gates.append((path.name, control.gate))
+
+    monkeypatch.setattr(pipeline_module, "write_control", write_control)
+    monkeypatch.setattr(pipeline_module, "read_ack", lambda path: 10**18)  # every reader obeyed
+    p._stop_tasks(MemberTasks(active=frozenset({A, B})))
+    assert gates == [(f"{A}.json", True), (f"{B}.json", True)]
+    assert p.tasks == {} and set(p._dormant) == set()
