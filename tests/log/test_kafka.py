@@ -1,9 +1,10 @@
-"""The Kafka backend against a real broker: Tansu (started by conftest.py) unless
-REGROUP_TEST_KAFKA_BOOTSTRAP names a Kafka cluster.
+"""The Kafka backend against real brokers: every test runs on Apache Kafka (a single-node KRaft broker
+started once per session, see tests/log/brokers.py, or the cluster REGROUP_TEST_KAFKA_BOOTSTRAP
+names) and on Tansu.
 
 Where Tansu 0.6 deviates from Kafka (environment-notes.md, and CreatePartitions, found here), the test
 asserts Kafka's behaviour and, on Tansu only, checks that the deviation is the documented one before
-marking the test xfail: nothing Tansu-specific lives in regroup.log.kafka.
+marking the test xfail: nothing Tansu-specific lives in regroup.log.kafka. On Kafka all of them pass.
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ from regroup.log.errors import (
 )
 from regroup.log.kafka import KafkaLog
 from tests.log.brokers import Broker
+
+# Asks --dist loadgroup for one worker (so one Kafka broker) for every Kafka test; the broker is a
+# session fixture, so at worst one per worker.
+pytestmark = pytest.mark.xdist_group("kafka")
 
 
 def rec(i: int) -> LogRecord:

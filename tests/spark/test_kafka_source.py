@@ -1,8 +1,8 @@
 """The source on a Kafka-protocol log: executors read offset ranges from the broker.
 
-Runs against the Tansu broker (see tests/log/conftest.py), or a real cluster with
-REGROUP_TEST_KAFKA_BOOTSTRAP. Tansu reports a wrong high watermark after a produce request that
-carries several messages, so this test produces one record per request.
+Runs against Apache Kafka: the test session's single-node broker (tests/log/brokers.py), or the
+cluster REGROUP_TEST_KAFKA_BOOTSTRAP names. Each partition's records go in one produce request (on
+Kafka the end offsets are right after multi-record requests; Tansu's were not).
 """
 
 from __future__ import annotations
@@ -19,22 +19,21 @@ from regroup.log.base import LogRecord
 from regroup.log.kafka import KafkaLog
 from tests.coordinator.server_proc import start_server
 from tests.log.brokers import Broker
-from tests.log.conftest import broker  # noqa: F401 - the session's broker fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spark")]
 
 
-def test_a_query_reads_a_kafka_topic(tmp_path: Path, spark: Any, broker: Broker) -> None:  # noqa: F811
+def test_a_query_reads_a_kafka_topic(tmp_path: Path, spark: Any, kafka_broker: Broker) -> None:
     topic, parts, per_part = f"spark-{uuid.uuid4().hex[:8]}", 3, 20
-    log = KafkaLog(broker.bootstrap, timeout_s=10.0)
+    log = KafkaLog(kafka_broker.bootstrap, timeout_s=10.0)
     try:
         log.create_topic(topic, parts)
         for p in range(parts):
-            for i in range(per_part):
-                log.produce(topic, p, [LogRecord(f"k{i}".encode(), f"{p}-{i}".encode(), 1_700_000_000_000)])
+            log.produce(topic, p, [LogRecord(f"k{i}".encode(), f"{p}-{i}".encode(), 1_700_000_000_000)
+                                   for i in range(per_part)])
     finally:
         log.close()
-    spec = f"kafka://{broker.bootstrap}"
+    spec = f"kafka://{kafka_broker.bootstrap}"
     server = start_server(tmp_path / "coord", "--log", spec)
     seen: collections.Counter[tuple[int, int]] = collections.Counter()
     values: dict[tuple[int, int], bytes] = {}
