@@ -1,4 +1,6 @@
-"""What the consumer demo and the PySpark demo share: the keyed workload, the coordinator, child processes."""
+"""What every demo shares (the consumer demo and both PySpark demos): the keyed workload, the coordinator,
+child processes and the files they append to. What only the two PySpark demos share is
+`regroup.demo.spark_common`."""
 
 from __future__ import annotations
 
@@ -121,13 +123,28 @@ class Workload:
             t[1] += amount
 
 
-def start_demo_coordinator(root: Path, log_spec: str, session_timeout_ms: int,
-                           heartbeat_interval_ms: int) -> tuple[subprocess.Popen[str], str, str]:
+def start_demo_coordinator(root: Path, log_spec: str, session_timeout_ms: int, heartbeat_interval_ms: int,
+                           *options: str) -> tuple[subprocess.Popen[str], str, str]:
     """The demo's coordinator process (its own data dir under ``root``) with its dashboard on loopback;
-    returns it, its HOST:PORT and the dashboard's URL."""
+    ``options``: more of the coordinator's command-line options. Returns it, its HOST:PORT and the
+    dashboard's URL."""
     return start_coordinator_with_dashboard(root / "coordinator", "--log", log_spec,
                                             "--session-timeout-ms", str(session_timeout_ms),
-                                            "--heartbeat-interval-ms", str(heartbeat_interval_ms))
+                                            "--heartbeat-interval-ms", str(heartbeat_interval_ms), *options)
+
+
+def read_new_lines(path: Path, pos: int) -> tuple[list[bytes], int]:
+    """The complete lines appended to a child's file since byte ``pos``, and the position after them.
+    A line still being written (no newline yet: the child is writing it, or was killed mid-write)
+    waits for the next look; a file not created yet has no lines."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(pos)
+            data = f.read()
+    except FileNotFoundError:
+        return [], pos
+    complete = data.rfind(b"\n") + 1
+    return data[:complete].splitlines(), pos + complete
 
 
 def group_epoch(client: CoordinatorClient, group: str = GROUP) -> int:

@@ -26,7 +26,15 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from regroup.demo.common import GROUP, TOPIC, Workload, group_epoch, start_demo_coordinator, stop_coordinator
+from regroup.demo.common import (
+    GROUP,
+    TOPIC,
+    Workload,
+    group_epoch,
+    read_new_lines,
+    start_demo_coordinator,
+    stop_coordinator,
+)
 from regroup.log import open_log
 from regroup.protocol.shard import format_shards
 from regroup.rpc.client import CoordinatorClient
@@ -92,15 +100,8 @@ class Demo:
 
 def _count_new(member: Member) -> int:
     """Lines appended to the member's output since the last look."""
-    try:
-        with open(member.out, "rb") as f:
-            f.seek(member.read_pos)
-            data = f.read()
-    except FileNotFoundError:
-        return 0
-    complete = data.rfind(b"\n") + 1
-    member.read_pos += complete
-    return data[:complete].count(b"\n")
+    lines, member.read_pos = read_new_lines(member.out, member.read_pos)
+    return len(lines)
 
 
 def _table(demo: Demo, client: CoordinatorClient, phase: str, elapsed: float) -> Table:

@@ -24,70 +24,30 @@ group, temporarily for a static member — then Spark, and exits 0.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
-import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from regroup.demo.common import GROUP, TOPIC
-
-#: The events' value: ``{"customer": ..., "amount": ..., "seq": ...}`` (JSON bytes).
-VALUE_SCHEMA = "customer string, amount long, seq long"
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the whole file or none of it."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
-class Progress:
-    """Appends one JSON line per step to the member's progress file (the demo tails it)."""
-
-    def __init__(self, path: Path, name: str) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._f = open(path, "a", buffering=1)  # noqa: SIM115 - open for the process's lifetime
-        self.name = name
-
-    def write(self, kind: str, **fields: Any) -> None:
-        # One write() of a whole line: a reader never sees a torn line from a killed process
-        # except possibly the very last one, which it skips until it ends with a newline.
-        self._f.write(json.dumps({"t": round(time.time(), 3), "kind": kind, **fields}) + "\n")
+from regroup.demo.common import GROUP
+from regroup.demo.spark_common.member import (
+    VALUE_SCHEMA,
+    Progress,
+    made_up_events,
+    member_parser,
+    start_spark,
+    wait_at_gate,
+    write_atomic,
+)
 
 
-#: C1 only and the serial collector: N+1 short-lived JVMs on two cores spend far less CPU compiling
-#: (the first micro-batches take seconds less) and collecting, at no cost for batches this small.
-JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-
-
-def start_spark(name: str, local_dir: Path | None = None) -> Any:
-    """A small local SparkSession: N+2 of these share two cores in the demo. ``local_dir``: Spark's
-    scratch space (default: the system's temp dir), where a killed process leaves its files."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    builder = SparkSession.builder
-    if local_dir is not None:
-        local_dir.mkdir(parents=True, exist_ok=True)
-        builder = builder.config("spark.local.dir", str(local_dir))
-    spark = (builder.master("local[1]").appName(f"regroup-demo-{name}")
-             .config("spark.driver.memory", "512m")
-             .config("spark.driver.extraJavaOptions", JAVA_OPTIONS)
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "1")
-             .config("spark.sql.adaptive.enabled", "false")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+def start_session(name: str, local_dir: Path | None = None) -> Any:
+    """The member's SparkSession (`start_spark`), with the ``regroup`` source registered."""
+    spark = start_spark(f"regroup-demo-{name}", local_dir)
     from regroup.spark import register
 
     register(spark)
@@ -107,22 +67,11 @@ def per_partition_and_customer(df: Any) -> Any:
                  F.min("offset").alias("first"), F.max("offset").alias("last")))
 
 
-def _import_read_path(batches: Iterator[Any]) -> Iterator[Any]:
-    import regroup.spark.read  # noqa: F401 - loaded into the Python worker that Spark will reuse
-
-    yield from batches
-
-
 def warm_up(spark: Any) -> None:
     """Run the pipeline's job once on a few made-up rows, and load the source's read path into a
     Python worker, so that a member released from its gate does not spend its first batch compiling
     and importing (what the demo's events should not measure)."""
-    from regroup.spark.read import SPARK_SCHEMA_DDL
-
-    value = json.dumps({"customer": "c0001", "amount": 1, "seq": 1}).encode()
-    rows: list[tuple[Any, ...]] = [("t", p, o, b"c0001", value, None, []) for p in range(2) for o in range(3)]
-    df = spark.createDataFrame(rows, SPARK_SCHEMA_DDL).mapInArrow(_import_read_path, SPARK_SCHEMA_DDL)
-    per_partition_and_customer(df).collect()
+    per_partition_and_customer(made_up_events(spark, partitions=2, offsets=3)).collect()
 
 
 def summarise(rows: list[Any]) -> tuple[dict[str, list[int]], list[dict[str, int]]]:
@@ -215,21 +164,11 @@ def _await(query: Any, timeout: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("name")
-    p.add_argument("coordinator")
-    p.add_argument("log", help="embedded-log directory or kafka://HOST:PORT")
-    p.add_argument("out", type=Path)
+    p = member_parser(__doc__.splitlines()[0])
     p.add_argument("checkpoint", type=Path)
-    p.add_argument("--topic", default=TOPIC)
-    p.add_argument("--instance", default=None, help="static member id")
     p.add_argument("--max-records", type=int, default=2_000, help="maxRecordsPerTrigger")
     p.add_argument("--trigger-s", type=float, default=1.0, help="processingTime trigger interval")
-    p.add_argument("--wait-for", type=Path, default=None, help="start the query once this file exists")
-    p.add_argument("--progress", type=Path, default=None, help="default: OUT_DIR/progress/NAME.jsonl")
     p.add_argument("--rebalance-timeout-ms", type=int, default=None, help="the source's rebalanceTimeoutMs")
-    p.add_argument("--local-dir", type=Path, default=None, help="Spark's scratch directory")
-    p.add_argument("--warm-up", action="store_true", help="run the pipeline once on made-up rows first")
     args = p.parse_args(argv)
 
     stopper = Stopper(args.trigger_s)
@@ -240,9 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     # A flag only: the main loop stops the query from the main thread, outside any Py4J call.
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
-    progress = Progress(args.progress or args.out / "progress" / f"{args.name}.jsonl", args.name)
-    progress.write("starting", pid=os.getpid(), instance=args.instance)
-    spark = start_spark(args.name, args.local_dir)
+    progress = Progress.start(args)
+    spark = start_session(args.name, args.local_dir)
     if args.warm_up:
         warm_up(spark)
     reader = (spark.readStream.format("regroup").option("group", GROUP).option("topics", args.topic)
@@ -253,11 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.rebalance_timeout_ms:
         reader = reader.option("rebalanceTimeoutMs", str(args.rebalance_timeout_ms))
     events = reader.load()  # checks the options and asks the source for its schema; joins nothing yet
-    progress.write("ready")
-    while args.wait_for is not None and not args.wait_for.exists() and not stopper.requested:
-        time.sleep(0.05)
     status = 0
-    if not stopper.requested:
+    if wait_at_gate(progress, args.wait_for, lambda: stopper.requested):
         query = (events.writeStream.queryName(f"demo-{args.name}")
                  .foreachBatch(make_batch_writer(args.name, args.out, progress, stopper))
                  .option("checkpointLocation", str(args.checkpoint))

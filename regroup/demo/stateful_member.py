@@ -44,34 +44,29 @@ import signal
 import sys
 import tempfile
 import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from regroup.demo.common import GROUP, TOPIC
+from regroup.demo.common import GROUP
+from regroup.demo.spark_common.member import (
+    VALUE_SCHEMA,
+    Progress,
+    made_up_events,
+    member_parser,
+    start_spark,
+    wait_at_gate,
+    write_atomic,
+)
 
 #: The streams group of the stateful demo (the stateless demo's consumer group is `GROUP`).
 STREAMS_GROUP = f"{GROUP}-stateful"
 #: The one subtopology: every partition of the topic is one task, ``s_<partition>``.
 SUBTOPOLOGY = "s"
-#: The events' value: ``{"customer": ..., "amount": ..., "seq": ...}`` (JSON bytes).
-VALUE_SCHEMA = "customer string, amount long, seq long"
 #: Event-time windows and the watermark's delay (records carry their produce time as event time:
 #: in order within a partition, so none is ever late).
 WINDOW_S = 10
 WATERMARK_DELAY_S = 5
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-#: C1 only and the serial collector: several short-lived JVMs on two cores spend far less CPU
-#: compiling and collecting, at no cost for batches this small.
-JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the whole file or none of it."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def key_file(key: str) -> str:
@@ -92,46 +87,19 @@ class WarningsToProgress(logging.Handler):
             self.progress.write("warning", message=record.getMessage().splitlines()[0][:300])
 
 
-class Progress:
-    """Appends one JSON line per step to the member's progress file (the demo tails it)."""
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._f = open(path, "a", buffering=1)  # noqa: SIM115 - open for the process's lifetime
-        self._lock = threading.Lock()
-
-    def write(self, kind: str, **fields: Any) -> None:
-        # One write() of a whole line: a reader never sees a torn line from a killed process except
-        # possibly the very last one, which it skips until it ends with a newline.
-        line = json.dumps({"t": round(time.time(), 3), "kind": kind, **fields}) + "\n"
-        with self._lock:
-            self._f.write(line)
+#: The stateful settings on top of `start_spark`'s small session.
+SPARK_CONFIG = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    # A batch without data only evicts expired windows: with update output nothing to emit.
+    "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+}
 
 
-def start_spark(name: str, local_dir: Path | None = None) -> Any:
-    """A small local SparkSession with the RocksDB state store (several of these share two cores)."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    builder = SparkSession.builder
-    if local_dir is not None:
-        local_dir.mkdir(parents=True, exist_ok=True)
-        builder = builder.config("spark.local.dir", str(local_dir))
-    spark = (builder.master("local[1]").appName(f"regroup-stateful-demo-{name}")
-             .config("spark.driver.memory", "512m")
-             .config("spark.driver.extraJavaOptions", JAVA_OPTIONS)
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "1")
-             .config("spark.sql.adaptive.enabled", "false")
-             .config("spark.sql.session.timeZone", "UTC")
-             .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
-             .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
-             # A batch without data only evicts expired windows: with update output nothing to emit.
-             .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+def start_session(name: str, local_dir: Path | None = None) -> Any:
+    """The member's SparkSession (`start_spark`) with the RocksDB state store."""
+    spark = start_spark(f"regroup-stateful-demo-{name}", local_dir, SPARK_CONFIG)
     from regroup.spark.startup import BOOT_DIR
 
     # The task queries' Python processes (one per query start) import the installed, compiled
@@ -172,12 +140,6 @@ class OutputSink:
                             epoch=batch.epoch, start=start, end=end, rows=len(rows))
 
 
-def _import_read_path(batches: Iterator[Any]) -> Iterator[Any]:
-    import regroup.spark.read  # noqa: F401 - loaded into the Python worker that Spark will reuse
-
-    yield from batches
-
-
 def warm_up(spark: Any, directory: Path) -> None:
     """Run the pipeline once as a streaming query on a few made-up rows (file source, RocksDB state,
     foreachBatch): the JIT compiles the stateful operators, RocksDB's library loads, and a Python
@@ -188,11 +150,8 @@ def warm_up(spark: Any, directory: Path) -> None:
     from regroup.spark.read import SPARK_SCHEMA_DDL
 
     src, checkpoint = directory / "in", directory / "checkpoint"
-    value = json.dumps({"customer": "c0001", "amount": 1, "seq": 1}).encode()
     now = datetime.now(tz=UTC).replace(tzinfo=None)
-    rows: list[tuple[Any, ...]] = [("t", 0, o, b"c0001", value, now, []) for o in range(5)]
-    made = spark.createDataFrame(rows, SPARK_SCHEMA_DDL).mapInArrow(_import_read_path, SPARK_SCHEMA_DDL)
-    made.write.mode("overwrite").parquet(str(src))
+    made_up_events(spark, partitions=1, offsets=5, timestamp=now).write.mode("overwrite").parquet(str(src))
     stream = spark.readStream.schema(SPARK_SCHEMA_DDL).parquet(str(src))
     query = (build(stream).writeStream.outputMode("update")
              .foreachBatch(lambda df, _id: df.collect())
@@ -223,22 +182,12 @@ def _log_progress(spark: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("name")
-    p.add_argument("coordinator")
-    p.add_argument("log", help="embedded-log directory or kafka://HOST:PORT")
-    p.add_argument("out", type=Path)
+    p = member_parser(__doc__.splitlines()[0])
     p.add_argument("state", type=Path, help="the state root shared by every member")
-    p.add_argument("--topic", default=TOPIC)
-    p.add_argument("--instance", default=None, help="static member id")
-    p.add_argument("--progress", type=Path, default=None, help="default: OUT_DIR/progress/NAME.jsonl")
-    p.add_argument("--wait-for", type=Path, default=None, help="join the group once this file exists")
-    p.add_argument("--warm-up", action="store_true", help="run the pipeline once on made-up rows first")
     p.add_argument("--trigger-ms", type=int, default=1_000)
     p.add_argument("--session-timeout-ms", type=int, default=6_000)
     p.add_argument("--heartbeat-interval-ms", type=int, default=500)
     p.add_argument("--max-records", type=int, default=None, help="maxRecordsPerTrigger per task")
-    p.add_argument("--local-dir", type=Path, default=None, help="Spark's scratch directory")
     args = p.parse_args(argv)
 
     stop = threading.Event()
@@ -247,10 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    progress = Progress(args.progress or args.out / "progress" / f"{args.name}.jsonl")
-    progress.write("starting", pid=os.getpid(), instance=args.instance)
+    progress = Progress.start(args)
     logging.getLogger("regroup.spark.tasks").addHandler(WarningsToProgress(progress))
-    spark = start_spark(args.name, args.local_dir)
+    spark = start_session(args.name, args.local_dir)
     from regroup.spark.tasks.source import TaskDataSource
 
     # The pipeline registers its source when it starts; the first registration in a session costs
@@ -265,11 +213,8 @@ def main(argv: list[str] | None = None) -> int:
             warm_up(spark, scratch)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-    progress.write("ready")
-    while args.wait_for is not None and not args.wait_for.exists() and not stop.is_set():
-        time.sleep(0.05)
     status = 0
-    if not stop.is_set():
+    if wait_at_gate(progress, args.wait_for, stop.is_set):
         status = _run(spark, args, progress, stop)
     progress.write("stopped")
     spark.stop()

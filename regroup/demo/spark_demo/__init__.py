@@ -23,7 +23,7 @@ started ahead and wait at a gate file with a warm JVM: the events then measure t
 JVM's start-up (~10 s on two busy cores), and the static restart fits in the demo's short session
 timeout (production's 45 s would fit a cold restart too).
 
-One module per job:
+One module per job (what it shares with the stateful demo is in `regroup.demo.spark_common`):
 
 * `processes` — starting, stopping and killing the coordinator, the Spark members and the producer;
 * `watch` — the group as the coordinator describes it, sampled while the demo runs;

@@ -7,8 +7,8 @@ Rules of this module:
    `read_aggregates`); the run hands in everything else.
 2. The result is typed (:class:`DemoResult` and the dataclasses it holds). The JSON object that
    ``--json`` prints and ``results.json`` stores is produced from it in one place,
-   :meth:`DemoResult.to_json`, and its keys are the field names: renaming a field changes the JSON
-   contract.
+   :meth:`DemoResult.to_json` (`regroup.demo.spark_common.result`), and its keys are the field names:
+   renaming a field changes the JSON contract.
 3. Lost records are counted against the log's end offsets and what the producer says it produced; a
    duplicate is attributed to the last event that began before it was read again.
 """
@@ -23,11 +23,12 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from regroup.demo.common import Workload, customer_key
+from regroup.demo.spark_common.result import JsonResult, ProcessStats, released_by_name
+from regroup.demo.spark_common.scenario import EVENT_LABELS, moved_partitions
 from regroup.demo.spark_demo.processes import MAX_RECORDS_PER_TRIGGER, Proc
-from regroup.demo.spark_demo.scenario import EVENT_LABELS, DemoConfig, Event, moved_partitions
+from regroup.demo.spark_demo.scenario import DemoConfig, Event
 
 
 # --------------------------------------------------------------------------- records read back
@@ -210,15 +211,6 @@ def typical_gap(times: Sequence[float]) -> float:
     return statistics.median(gaps) if gaps else 0.0
 
 
-def members_by_name(procs: Iterable[Proc]) -> dict[str, list[Proc]]:
-    """The processes of each member that was let into the group (a static member's restart is one more)."""
-    out: dict[str, list[Proc]] = {}
-    for p in procs:
-        if p.released_at is not None:
-            out.setdefault(p.name, []).append(p)
-    return out
-
-
 def pauses(members: Mapping[str, Sequence[Proc]], ev: Event, end: float) -> dict[str, float]:
     """Each member's longest pause within the event's window (members alive in it only)."""
     lo, hi = ev.window
@@ -288,13 +280,6 @@ class DuplicateSpan:
 
 
 @dataclass(frozen=True, slots=True)
-class ProcessStats:
-    pid: int
-    end: str  # the process's last state: stopped, killed, failed...
-    exit_status: int | None
-
-
-@dataclass(frozen=True, slots=True)
 class MemberStats:
     """One member over the whole run (all its processes: a static member's restart is the same member)."""
 
@@ -325,7 +310,7 @@ class RunSettings:
 
 
 @dataclass(frozen=True, slots=True)
-class DemoResult:
+class DemoResult(JsonResult):
     """Everything the demo checked and measured. ``lost`` must be 0 (the CLI exits 1 otherwise)."""
 
     produced: int
@@ -352,23 +337,6 @@ class DemoResult:
     wall_time_s: float = 0.0
     report: Mapping[str, str] = dataclasses.field(default_factory=dict)  # png, html, json: paths
 
-    def to_json(self) -> dict[str, Any]:
-        """The ``--json`` object and ``results.json``: the fields by name, nested the same way."""
-        out = _plain(self)
-        assert isinstance(out, dict)
-        return out
-
-
-def _plain(value: Any) -> Any:
-    """A dataclass tree as JSON-ready dicts and lists (tuples become lists, as JSON would make them)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
-
 
 def analyse(*, cfg: DemoConfig, workload: Workload, procs: Sequence[Proc], events: Sequence[Event],
             t0: float, end: float, ends: Mapping[int, int], ranges: Sequence[ReadRange],
@@ -377,7 +345,7 @@ def analyse(*, cfg: DemoConfig, workload: Workload, procs: Sequence[Proc], event
     """Count every record, measure every event and every member: the demo's verdict."""
     w = workload
     cov = count_coverage(ranges, ends)
-    members = members_by_name(procs)
+    members = released_by_name(procs)
     event_results = []
     for ev in events:
         ev_pauses = pauses(members, ev, end)
@@ -429,6 +397,6 @@ def member_stats(members: Mapping[str, Sequence[Proc]]) -> dict[str, MemberStats
             instance=procs[0].instance, batches=len(times),
             records=sum(b.rows for p in procs for b in p.batches),
             typical_batch_interval_s=round(typical_gap(times), 2),
-            processes=tuple(ProcessStats(p.popen.pid, p.state, p.popen.returncode) for p in procs),
+            processes=tuple(ProcessStats.of(p) for p in procs),
         )
     return out

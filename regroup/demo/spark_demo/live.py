@@ -15,8 +15,10 @@ import time
 from rich.console import Console
 from rich.table import Table
 
+from regroup.demo.spark_common.live import live_frame, print_tables, record_rows, secs, shown, throughput
+from regroup.demo.spark_common.scenario import EVENT_LABELS
 from regroup.demo.spark_demo.analysis import DemoResult
-from regroup.demo.spark_demo.scenario import EVENT_LABELS, Event, SparkDemo
+from regroup.demo.spark_demo.scenario import Event, SparkDemo
 
 EVENT_HEADER = ("t (s)", "event", "member", "stable / processing again after", "group epoch",
                 "partitions moved", "longest pause per member (s)", "stall: its partitions / others (s)",
@@ -39,28 +41,19 @@ REPORT_NOTES = (
 
 # --------------------------------------------------------------------------- while it runs
 def live_table(demo: SparkDemo) -> Table:
-    elapsed = time.time() - demo.t0
-    produced = demo.workload.produced if demo.workload else 0
-    title = f"regroup · PySpark demo · {elapsed:5.1f} s · {demo.phase} · produced {produced:,}"
-    if demo.processes.dashboard_url:
-        title += f"\ndashboard: {demo.processes.dashboard_url}"
-    table = Table(title=title, title_justify="left", caption_justify="left")
-    for col in ("member", "instance", "process", "epoch", "partitions", "batches", "records/s",
-                "processed", "last batch"):
-        table.add_column(col, justify="right" if col in ("records/s", "processed", "batches") else "left")
+    table = live_frame(demo, "PySpark demo", ("member", "instance", "process", "epoch", "partitions",
+                                               "batches", "records/s", "processed", "last batch"),
+                       right=("records/s", "processed", "batches"))
     details = demo.watch.details
     by_id = {m.member_id: m for m in details.description.members} if details else {}
     now = time.time()
-    for p in demo.procs:
-        if p.state in ("stopped", "killed") and p.ended_at and now - p.ended_at > 20:
-            continue
+    for p in shown(demo.procs, now):
         desc = by_id.get(p.member_id or "")
         parts = ",".join(str(s.partition) for s in sorted(desc.assigned)) if desc else "-"
-        recent = sum(b.rows for b in p.batches if b.t > now - 5.0) / 5.0
-        last = f"{now - p.batches[-1].t:4.1f} s ago" if p.batches else "-"
+        recent, last = throughput([(b.t, b.rows) for b in p.batches], now)
         table.add_row(p.label, p.instance or "-", f"{p.state} ({p.popen.pid})",
                       str(desc.epoch) if desc else "-", parts or "(none)", str(len(p.batches)),
-                      f"{recent:,.0f}", f"{sum(b.rows for b in p.batches):,}", last)
+                      recent, f"{sum(b.rows for b in p.batches):,}", last)
     if details is not None:
         d = details.description
         lag = sum(o.lag or 0 for o in details.offsets if o.shard.topic == demo.topic)
@@ -82,9 +75,7 @@ def summary_rows(r: DemoResult) -> list[tuple[str, str]]:
         ("workload", f"{cfg.rate:,} events/s for {cfg.duration_s:.0f} s into {cfg.partitions} "
                      f"partitions; {cfg.members} Spark members; "
                      f"session timeout {cfg.session_timeout_ms} ms"),
-        ("produced", f"{r.produced:,}"),
-        ("processed (distinct)", f"{r.processed:,}" + ("" if r.drained else " (NOT fully drained)")),
-        ("lost", str(r.lost)),
+        *record_rows(r.produced, r.processed, r.drained, r.lost),
         ("duplicates", f"{r.duplicates:,}" + "".join(
             f"; {s.records} in partition {s.partition} ({s.event}: "
             f"read by {', '.join(s.members)})" for s in r.duplicate_spans[:5])),
@@ -106,7 +97,7 @@ def event_rows(r: DemoResult) -> list[list[str]]:
         pauses = "  ".join(f"{m}{'*' if m == e.member else ''} {v:.1f}" for m, v in e.pauses_s.items())
         rows.append([
             f"{e.at_s:.1f}", e.label, e.member,
-            f"{_secs(e.stable_after_s)} / {_secs(e.resumed_after_s)}",
+            f"{secs(e.stable_after_s)} / {secs(e.resumed_after_s)}",
             f"{e.group_epoch_before} → {e.group_epoch_after}",
             ",".join(map(str, e.partitions_moved)) or "none", pauses,
             f"{e.max_stall_touched_partitions_s:.1f} / {e.max_stall_other_partitions_s:.1f}",
@@ -114,22 +105,7 @@ def event_rows(r: DemoResult) -> list[list[str]]:
     return rows
 
 
-def _secs(v: float | None) -> str:
-    return "-" if v is None else f"{v:.1f} s"
-
-
 def print_results(console: Console, r: DemoResult) -> None:
-    summary = Table(show_header=False, title="results", title_justify="left")
-    for k, v in summary_rows(r):
-        style = "bold red" if (k == "lost" and r.lost) else None
-        summary.add_row(k, v, style=style)
-    console.print(summary)
-    events = Table(*EVENT_HEADER, title="events (* the member concerned)", title_justify="left")
-    for row in event_rows(r):
-        events.add_row(*row)
-    console.print(events)
-    for note in REPORT_NOTES:
-        console.print(note, style="dim")
-    console.print(f"report: {r.report['png']}\n        {r.report['html']}")
-    if r.data_dir:
-        console.print(f"data directory kept: {r.data_dir}")
+    print_tables(console, summary=summary_rows(r), alarming={"lost"} if r.lost else set(),
+                 events_title="events (* the member concerned)", event_header=EVENT_HEADER,
+                 event_rows=event_rows(r), notes=REPORT_NOTES, report=r.report, data_dir=r.data_dir)

@@ -1,28 +1,20 @@
 """One run of the PySpark demo, from a fresh data directory to the printed results and the report.
 
-Rules of this module:
-
-1. Every child process is stopped on return, on error and on Ctrl-C. After an error the data directory
-   is kept (its logs/ say what happened); after Ctrl-C it is removed unless ``keep``.
-2. The result is computed once, typed (:class:`DemoResult`); ``results.json``, ``--json`` and the value
-   :func:`run_spark_demo` returns are its :meth:`~DemoResult.to_json`.
+Its rules are those of `regroup.demo.spark_common.run`; the result is a :class:`DemoResult`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import shutil
-import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.live import Live
 
-from regroup.demo.common import GROUP, TOPIC
+from regroup.demo.common import GROUP
+from regroup.demo.spark_common.run import fresh_run, publish, run_guarded, watch_live
+from regroup.demo.spark_common.scenario import EVENT_LABELS
 from regroup.demo.spark_demo.analysis import DemoResult, EpochChange, analyse, read_aggregates, read_ranges
 from regroup.demo.spark_demo.live import (
     EVENT_HEADER,
@@ -32,7 +24,7 @@ from regroup.demo.spark_demo.live import (
     print_results,
     summary_rows,
 )
-from regroup.demo.spark_demo.scenario import EVENT_LABELS, SESSION_TIMEOUT_MS, DemoConfig, SparkDemo, play
+from regroup.demo.spark_demo.scenario import SESSION_TIMEOUT_MS, DemoConfig, SparkDemo, play
 from regroup.log import open_log
 
 
@@ -61,54 +53,23 @@ def run_demo(members: int = 3, partitions: int = 12, rate: int = 2_000, duration
         raise ValueError("the demo needs at least 2 members (one is static, one is killed)")
     started = time.time()
     cfg = DemoConfig(members, partitions, rate, duration, session_timeout_ms)
-    root = Path(tempfile.mkdtemp(prefix="regroup-spark-demo-"))
-    topic = TOPIC if log_spec is None else f"{TOPIC}-{uuid.uuid4().hex[:8]}"
+    root, log, topic = fresh_run("regroup-spark-demo-", log_spec)
     console = Console(stderr=json_output)
-    demo = SparkDemo(root, str(root / "log") if log_spec is None else log_spec, topic, partitions)
-    try:
-        drained, history = _run(demo, cfg, console, json_output)
-    except KeyboardInterrupt:
-        demo.processes.shutdown()
-        if not keep:
-            shutil.rmtree(root, ignore_errors=True)
-        raise
-    except BaseException:
-        demo.processes.shutdown()
-        console.print(f"[red]the demo failed; its data directory is kept for inspection: {root}[/red]")
-        raise
-    finally:
-        demo.processes.shutdown()
+    demo = SparkDemo(root, log, topic, partitions)
+    drained, history = run_guarded(demo, keep, console, lambda: _run(demo, cfg, console, json_output))
     result = dataclasses.replace(_results(demo, cfg, drained, history), timings_s=demo.timings,
                                  wall_time_s=round(time.time() - started, 1))  # the report's seconds aside
-    report_dir = Path(report) if report is not None else root / "report"
-    paths = _write_report(demo, result, report_dir)
-    result = dataclasses.replace(result, report={**paths, "json": str(report_dir / "results.json")})
-    Path(result.report["json"]).write_text(json.dumps(result.to_json(), indent=1))
-    if not keep:
-        _cleanup(root, report_dir)
-        result = dataclasses.replace(result, data_dir=None)
-    if json_output:
-        print(json.dumps(result.to_json()))
-    else:
-        print_results(console, result)
-    return result
+    return publish(result, root, report, keep, json_output, console,
+                   lambda r, directory: _write_report(demo, r, directory), print_results)
 
 
 def _run(demo: SparkDemo, cfg: DemoConfig, console: Console,
          json_output: bool) -> tuple[bool, tuple[EpochChange, ...]]:
     """The run itself, watched live: start, produce, the events, drain. Returns (drained, epochs)."""
     demo.processes.start_coordinator(cfg.partitions, cfg.session_timeout_ms)
-    console.print(f"dashboard: {demo.processes.dashboard_url} (while the demo runs)")
-    with Live(console=console, refresh_per_second=4, transient=json_output) as live:
-        demo.redraw = lambda: live.update(live_table(demo))
-        drained = play(demo, cfg)
-        demo.phase = "stopping the members"
-        demo.refresh()
-        demo.redraw = lambda: None
+    drained = watch_live(demo, console, json_output, live_table, lambda: play(demo, cfg))
     history = _epoch_history(demo)
-    t = time.time()
-    demo.processes.shutdown()
-    demo.timings["shutdown_s"] = round(time.time() - t, 1)
+    demo.stop_members()
     return drained, history
 
 
@@ -154,13 +115,3 @@ def _write_report(demo: SparkDemo, result: DemoResult, directory: Path) -> dict[
         summary=summary_rows(result), event_header=EVENT_HEADER, event_rows=event_rows(result),
         notes=REPORT_NOTES, dashboard_url=demo.processes.dashboard_url or None)
     return write_report(directory, data)
-
-
-def _cleanup(root: Path, report_dir: Path) -> None:
-    """Remove the data directory — all but the report when it lives there."""
-    inside = report_dir.resolve().is_relative_to(root.resolve())
-    for child in root.iterdir():
-        if not (inside and report_dir.resolve().is_relative_to(child.resolve())):
-            shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink(missing_ok=True)
-    if not inside:
-        shutil.rmtree(root, ignore_errors=True)

@@ -8,21 +8,27 @@ Rules of this module:
 2. An event is followed until the group is stable again and every partition it touched has been
    processed again by its new owner; that span plus `WINDOW_MARGIN_S` is its window, in which the
    analysis measures pauses and stalls.
-3. Every wait here is for a condition, with a bound that only says when to give up; while waiting the
-   demo keeps reading the members' progress, sampling the group and redrawing the live view, and stops
-   at once if a process fails.
+3. And those of `regroup.demo.spark_common.scenario`: waits, the four events, the drain.
 """
 
 from __future__ import annotations
 
 import functools
-import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from regroup.demo.common import Workload
+from regroup.demo.spark_common.scenario import (
+    EVENT_LABELS,
+    STATIC_INSTANCE,
+    WINDOW_MARGIN_S,
+    DemoRun,
+    RunConfig,
+    event_end,
+    moved_partitions,
+    static_roll,
+)
 from regroup.demo.spark_demo.processes import Proc, Processes
 from regroup.demo.spark_demo.watch import GroupWatch
 
@@ -30,29 +36,16 @@ from regroup.demo.spark_demo.watch import GroupWatch
 #: must restart within it. A Spark query needs ~4 s from start to join on an idle 2-core machine and
 #: three times that under load, hence more than the 6-10 s that would do for plain consumers.
 SESSION_TIMEOUT_MS = 20_000
-STATIC_INSTANCE = "static-1"
-#: How long after the group is stable again an event's window still runs (catching late pauses).
-WINDOW_MARGIN_S = 2.0
 #: At least this long between the group becoming stable and the next event.
 STEADY_S = 6.0
 #: When the events happen, as fractions of the duration (each also waits for a stable group).
 EVENT_PLAN = (("scale-out", 0.12), ("scale-in", 0.34), ("static-roll", 0.56), ("kill-9", 0.78))
-EVENT_LABELS = {"scale-out": "scale out +1", "scale-in": "scale in -1", "static-roll": "roll static member",
-                "kill-9": "kill -9"}
 
 
 @dataclass
-class DemoConfig:
-    members: int
-    partitions: int
-    rate: int
-    duration: float
+class DemoConfig(RunConfig):
     session_timeout_ms: int = SESSION_TIMEOUT_MS
     join_timeout_s: float = 180.0  # JVM start-up of several members at once on two cores
-
-
-def moved_partitions(before: Mapping[int, str], after: Mapping[int, str]) -> list[int]:
-    return sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
 
 
 @dataclass
@@ -78,49 +71,23 @@ class Event:
     @property
     def window(self) -> tuple[float, float]:
         """From the event until the group is stable and every touched partition is processed again."""
-        ends = [t for t in (self.stable_at, self.resumed_at) if t is not None]
-        return self.at, (max(ends) if ends else self.at + 30.0) + WINDOW_MARGIN_S
+        return self.at, event_end(self.at, self.stable_at, self.resumed_at) + WINDOW_MARGIN_S
 
 
-class SparkDemo:
+class SparkDemo(DemoRun[Processes]):
     """One run: its processes, the group as sampled, the events so far, and what the run is doing."""
 
     def __init__(self, root: Path, log_spec: str, topic: str, partitions: int) -> None:
-        self.root, self.log_spec, self.topic, self.partitions = root, log_spec, topic, partitions
-        self.processes = Processes(root, log_spec, topic)
+        super().__init__(root, log_spec, topic, partitions, Processes(root, log_spec, topic))
         self.watch = GroupWatch(topic, partitions)
         self.events: list[Event] = []
-        self.phase = "starting"
-        self.t0 = time.time()
-        self.started = time.time()
-        self.timings: dict[str, float] = {}
-        #: Called after every refresh (the live view sets it while it is on screen).
-        self.redraw: Callable[[], None] = lambda: None
 
     @property
     def procs(self) -> list[Proc]:
-        return self.processes.procs
+        return self.processes.members
 
-    @property
-    def workload(self) -> Workload | None:
-        return self.processes.workload
-
-    def refresh(self) -> None:
-        """Read the members' progress, sample the group, redraw the live view."""
-        self.processes.poll()
+    def sample(self) -> None:
         self.watch.refresh(self.processes.client, self.procs)
-        self.redraw()
-
-    def wait(self, pred: Callable[[], bool], timeout: float, tick: float = 0.25) -> bool:
-        deadline = time.time() + timeout
-        while True:
-            self.refresh()
-            if pred():
-                return True
-            if time.time() >= deadline:
-                return False
-            self.processes.check_alive()
-            time.sleep(tick)
 
     def stable(self) -> bool:
         return self.watch.stable(self.procs)
@@ -155,22 +122,12 @@ def play(demo: SparkDemo, cfg: DemoConfig) -> bool:
     """Start the members, produce, run the events, stop producing and drain; returns whether every
     partition was committed up to the log's end. The coordinator is already running."""
     spare, replacement = _start(demo, cfg)
-    # The producer writes fsync-free to the embedded log: the demo is about hand-offs, not disks.
-    embedded = demo.log_spec == str(demo.root / "log")
     demo.t0 = time.time()
     demo.timings["startup_s"] = round(demo.t0 - demo.started, 1)
-    demo.processes.start_producer(f"embedded://{demo.log_spec}?fsync=never" if embedded else demo.log_spec,
-                                  cfg.partitions, cfg.rate)
+    demo.processes.start_producer(cfg.partitions, cfg.rate)
     _run_events(demo, cfg, spare, replacement)
-    demo.phase = "steady"
-    demo.wait(lambda: time.time() - demo.t0 >= cfg.duration, cfg.duration)
-    demo.processes.stop_producer()
-    demo.timings["workload_s"] = round(time.time() - demo.t0, 1)
-    demo.phase = "draining: waiting until every partition is committed up to the log's end"
-    t = time.time()
-    drained = demo.wait(demo.drained, 120, tick=0.5)
-    demo.timings["drain_s"] = round(time.time() - t, 1)
-    return drained
+    return demo.finish(cfg.duration, demo.drained,
+                       "waiting until every partition is committed up to the log's end")
 
 
 def _start(demo: SparkDemo, cfg: DemoConfig) -> tuple[Proc, Proc]:
@@ -217,17 +174,6 @@ def _event(demo: SparkDemo, kind: str, member: str, act: Callable[[], None], not
     return ev
 
 
-def _roll(demo: SparkDemo, old: Proc, new: Proc) -> Callable[[], None]:
-    def act() -> None:
-        old.state = "stopping"
-        old.popen.send_signal(signal.SIGTERM)
-        # The checkpoint is free once the old query has stopped (before its Spark shuts down).
-        demo.wait(lambda: old.state == "stopped" or old.popen.poll() is not None, 60, tick=0.05)
-        demo.processes.release(new)
-        demo.processes.reap_later(old)
-    return act
-
-
 def _run_events(demo: SparkDemo, cfg: DemoConfig, spare: Proc, replacement: Proc) -> None:
     processes = demo.processes
     for kind, frac in EVENT_PLAN:
@@ -247,7 +193,8 @@ def _run_events(demo: SparkDemo, cfg: DemoConfig, spare: Proc, replacement: Proc
             _event(demo, kind, victim.name, functools.partial(processes.terminate, victim))
         elif kind == "static-roll":
             demo.wait(lambda: replacement.ready_at is not None, 120)
-            ev = _event(demo, kind, static.name, _roll(demo, static, replacement))
+            # The checkpoint is free once the old query has stopped (before its Spark shuts down).
+            ev = _event(demo, kind, static.name, static_roll(demo, static, replacement, timeout=60))
             ev.note = ("group epoch unchanged" if ev.epoch_after == ev.epoch_before
                        else "group epoch CHANGED")
         elif dynamic:

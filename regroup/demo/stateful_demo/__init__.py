@@ -26,7 +26,8 @@ by role (active, standby, warm-up).
 Members about to join (the scaled-out one, the static member's replacement) are started ahead and
 wait at a gate file with a warm JVM, so that the events measure the protocol, not a JVM's start-up.
 
-One module per job, as in `regroup.demo.spark_demo` (the stateless demo, ``regroup demo --stateless``):
+One module per job, as in `regroup.demo.spark_demo` (the stateless demo, ``regroup demo --stateless``);
+what the two share is in `regroup.demo.spark_common`:
 
 * `processes` — the coordinator, the Spark members, the producer;
 * `watch` — the streams group as the coordinator describes it, sampled while the demo runs;

@@ -23,7 +23,7 @@ Rules of this module:
    event's window counts whole. Outputs come from the members' progress lines — every output
    written, duplicates included.
 5. The result is typed (:class:`StatefulResult`); ``--json`` and ``results.json`` are its
-   :meth:`~StatefulResult.to_json`, whose keys are the field names.
+   :meth:`~StatefulResult.to_json` (`regroup.demo.spark_common.result`), whose keys are the field names.
 """
 
 from __future__ import annotations
@@ -38,12 +38,14 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import ClassVar
 
-from regroup.demo.spark_demo.analysis import ProcessStats
+from regroup.demo.spark_common.member import VALUE_SCHEMA
+from regroup.demo.spark_common.result import JsonResult, ProcessStats, released_by_name
+from regroup.demo.spark_common.scenario import EVENT_LABELS
 from regroup.demo.stateful_demo.processes import BatchOut, Member
-from regroup.demo.stateful_demo.scenario import EVENT_LABELS, DemoConfig, Event, task_name
-from regroup.demo.stateful_member import VALUE_SCHEMA, WATERMARK_DELAY_S, WINDOW_S
+from regroup.demo.stateful_demo.scenario import DemoConfig, Event, task_name
+from regroup.demo.stateful_member import WATERMARK_DELAY_S, WINDOW_S
 from regroup.log import open_log
 
 #: (partition, window start in epoch seconds, customer) -> [events, amount]
@@ -158,6 +160,8 @@ def tiling(files: Sequence[OutputFile], end: int) -> list[OutputFile] | None:
 @dataclass(frozen=True, slots=True)
 class OrphanBatch:
     """A batch off the chain (rule 3): written, then its records written again by another batch."""
+
+    JSON_PROPERTIES: ClassVar[tuple[str, ...]] = ("records",)
 
     key: str
     task: str
@@ -337,7 +341,7 @@ class RunSettings:
 
 
 @dataclass(frozen=True, slots=True)
-class StatefulResult:
+class StatefulResult(JsonResult):
     """Everything the stateful demo checked and measured. ``lost`` must be 0 and
     ``output_matches_batch_job`` true (the CLI exits 1 otherwise)."""
 
@@ -367,24 +371,6 @@ class StatefulResult:
     timings_s: Mapping[str, float] = dataclasses.field(default_factory=dict)
     wall_time_s: float = 0.0
     report: Mapping[str, str] = dataclasses.field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        out = _plain(self)
-        assert isinstance(out, dict)
-        return out
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, OrphanBatch):
-        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-        return {**fields, "records": value.records}
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
 
 
 def starts_during(members: Sequence[Member], lo: float, hi: float) -> dict[str, dict[str, int]]:
@@ -465,12 +451,8 @@ def _task_order(task: str) -> int:
 
 
 def member_stats(members: Sequence[Member]) -> dict[str, MemberStats]:
-    by_name: dict[str, list[Member]] = defaultdict(list)
-    for m in members:
-        if m.released_at is not None:
-            by_name[m.name].append(m)
     out: dict[str, MemberStats] = {}
-    for name, ms in sorted(by_name.items()):
+    for name, ms in sorted(released_by_name(members).items()):
         starts: dict[str, int] = defaultdict(int)
         for m in ms:
             for k, n in m.starts.items():
@@ -478,5 +460,5 @@ def member_stats(members: Sequence[Member]) -> dict[str, MemberStats]:
         out[name] = MemberStats(
             instance=ms[0].instance, batches=sum(len(m.batches) for m in ms),
             records=sum(b.records for m in ms for b in m.batches), starts=dict(sorted(starts.items())),
-            processes=tuple(ProcessStats(m.popen.pid, m.state, m.popen.returncode) for m in ms))
+            processes=tuple(ProcessStats.of(m) for m in ms))
     return out

@@ -15,8 +15,10 @@ from collections.abc import Mapping
 from rich.console import Console
 from rich.table import Table
 
+from regroup.demo.spark_common.live import live_frame, print_tables, record_rows, secs, shown, throughput
+from regroup.demo.spark_common.scenario import EVENT_LABELS
 from regroup.demo.stateful_demo.analysis import StatefulResult
-from regroup.demo.stateful_demo.scenario import EVENT_LABELS, Event, StatefulDemo
+from regroup.demo.stateful_demo.scenario import Event, StatefulDemo
 from regroup.demo.stateful_demo.watch import ACTIVE, STANDBY, WARMUP
 
 EVENT_HEADER = ("t (s)", "event", "member", "settled / all tasks producing after", "group epoch",
@@ -44,27 +46,19 @@ def _tasks(tasks: set[str]) -> str:
 
 
 def live_table(demo: StatefulDemo) -> Table:
-    elapsed = time.time() - demo.t0
-    produced = demo.workload.produced if demo.workload else 0
-    title = f"regroup · stateful PySpark demo · {elapsed:5.1f} s · {demo.phase} · produced {produced:,}"
-    if demo.processes.dashboard_url:
-        title += f"\ndashboard: {demo.processes.dashboard_url}"
-    table = Table(title=title, title_justify="left", caption_justify="left")
-    for col in ("member", "instance", "process", "active", "standby", "warm-up", "tasks started",
-                "outputs", "records/s", "last output"):
-        table.add_column(col, justify="right" if col in ("outputs", "records/s") else "left")
+    table = live_frame(demo, "stateful PySpark demo", ("member", "instance", "process", "active", "standby",
+                                                       "warm-up", "tasks started", "outputs", "records/s",
+                                                       "last output"),
+                       right=("outputs", "records/s"))
     held = demo.watch.held(demo.members)
     now = time.time()
-    for m in demo.members:
-        if m.state in ("stopped", "killed") and m.ended_at and now - m.ended_at > 20:
-            continue
+    for m in shown(demo.members, now):
         roles = held.get(m.name, {}) if m.in_group else {}
-        recent = sum(b.records for b in m.batches if b.t > now - 5.0) / 5.0
-        last = f"{now - m.batches[-1].t:4.1f} s ago" if m.batches else "-"
+        recent, last = throughput([(b.t, b.records) for b in m.batches], now)
         table.add_row(m.label, m.instance or "-", f"{m.state} ({m.popen.pid})",
                       _tasks(roles.get(ACTIVE, set())) or "-", _tasks(roles.get(STANDBY, set())) or "-",
                       _tasks(roles.get(WARMUP, set())) or "-", starts_text(m.starts), str(len(m.batches)),
-                      f"{recent:,.0f}", last)
+                      recent, last)
     d = demo.watch.description
     if d is not None:
         lag = demo.watch.samples[-1].lag if demo.watch.samples else None
@@ -102,9 +96,7 @@ def summary_rows(r: StatefulResult) -> list[tuple[str, str]]:
         ("coordinator", f"{cfg.standby_replicas} standby per task, {cfg.max_warmups} warm-ups at most, "
                         f"acceptable recovery lag {cfg.acceptable_recovery_lag}, session timeout "
                         f"{cfg.session_timeout_ms} ms, heartbeat every {cfg.heartbeat_interval_ms} ms"),
-        ("produced", f"{r.produced:,}"),
-        ("processed (distinct)", f"{r.processed:,}" + ("" if r.drained else " (NOT fully drained)")),
-        ("lost", str(r.lost)),
+        *record_rows(r.produced, r.processed, r.drained, r.lost),
         ("output = batch job over every record", ("yes" if r.output_matches_batch_job else "NO")
          + f" ({r.output_keys:,} window × customer keys"
          + (f", {r.mismatched_keys} differ" if r.mismatched_keys else "")
@@ -124,7 +116,7 @@ def summary_rows(r: StatefulResult) -> list[tuple[str, str]]:
 
 
 def event_rows(r: StatefulResult) -> list[list[str]]:
-    return [[f"{e.at_s:.1f}", e.label, e.member, f"{_secs(e.settled_after_s)} / {_secs(e.resumed_after_s)}",
+    return [[f"{e.at_s:.1f}", e.label, e.member, f"{secs(e.settled_after_s)} / {secs(e.resumed_after_s)}",
              f"{e.group_epoch_before} → {e.group_epoch_after}",
              "  ".join(f"{t}: {v}" for t, v in e.actives_moved.items()) or "none",
              f"{e.max_unavailable_touched_s:.1f} / {e.max_unavailable_other_s:.1f}", str(e.duplicates),
@@ -155,27 +147,10 @@ def extra_tables(r: StatefulResult) -> list[tuple[str, list[str], list[list[str]
             ("how tasks started during each event", list(STARTS_HEADER), starts_rows(r))]
 
 
-def _secs(v: float | None) -> str:
-    return "-" if v is None else f"{v:.1f} s"
-
-
 def print_results(console: Console, r: StatefulResult) -> None:
-    summary = Table(show_header=False, title="results", title_justify="left")
-    for k, v in summary_rows(r):
-        bad = (k == "lost" and r.lost) or (k.startswith("output =") and not r.output_matches_batch_job)
-        summary.add_row(k, v, style="bold red" if bad else None)
-    console.print(summary)
-    events = Table(*EVENT_HEADER, title="events", title_justify="left")
-    for row in event_rows(r):
-        events.add_row(*row)
-    console.print(events)
-    for title, header, rows in extra_tables(r):
-        table = Table(*header, title=title, title_justify="left")
-        for row in rows:
-            table.add_row(*row)
-        console.print(table)
-    for note in REPORT_NOTES:
-        console.print(note, style="dim")
-    console.print(f"report: {r.report['png']}\n        {r.report['html']}")
-    if r.data_dir:
-        console.print(f"data directory kept: {r.data_dir}")
+    summary = summary_rows(r)
+    alarming = {k for k, _ in summary
+                if (k == "lost" and r.lost) or (k.startswith("output =") and not r.output_matches_batch_job)}
+    print_tables(console, summary=summary, alarming=alarming, events_title="events",
+                 event_header=EVENT_HEADER, event_rows=event_rows(r), tables=extra_tables(r),
+                 notes=REPORT_NOTES, report=r.report, data_dir=r.data_dir)

@@ -1,38 +1,24 @@
 """Process control for the stateful demo: the coordinator, the Spark member processes and the producer.
 
-Rules of this module (those of `regroup.demo.spark_demo.processes`, for streams members):
-
-1. Every process the demo starts is started and stopped here, and :meth:`Processes.shutdown` stops all
-   of them, whatever state the run is in: it is called on return, on error and on Ctrl-C, and is
-   idempotent.
-2. A member process runs in a session of its own, so that kill -9 takes its JVM and Python workers
-   with it, as a crash would, and the terminal's Ctrl-C reaches only the demo.
-3. A member starts Spark, optionally warms up, then waits at a gate file; :meth:`Processes.release`
-   opens the gate and it joins the group. Members that join during the run are started ahead.
-4. What a member does is read from its progress file (:meth:`Member.poll`), complete lines only; an
-   exit the demo did not ask for is a failure, and :meth:`Processes.check_alive` raises it.
+The rules are `regroup.demo.spark_common.processes`'s; what is this demo's own: the coordinator runs
+a streams group (standbys, warm-ups, the acceptable recovery lag: `Settings`), the topic is created
+once the first members have joined (`Processes.create_topic`), every member is one member of the
+streams group in task mode with its tasks' checkpoints under one state root, the producer's records
+are timestamped in order (`TimedWorkload`), and a member's progress lines say which process id it
+joined as, which tasks it runs in which role, each batch whose output it wrote, and its pipeline's
+warnings.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import signal
-import subprocess
-import sys
-import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from regroup.bench.procs import start_coordinator_with_dashboard
-from regroup.demo.common import Workload, kill_process_group, stop_coordinator
-from regroup.demo.spark_demo.processes import reap
-from regroup.log import open_log
+from regroup.demo.common import Workload
+from regroup.demo.spark_common.processes import DemoProcesses, MemberProcess
 from regroup.log.base import LogRecord
-from regroup.rpc.client import CoordinatorClient
 
 
 @dataclass(frozen=True)
@@ -89,21 +75,11 @@ class BatchOut:
 
 
 @dataclass
-class Member:
-    """One Spark member process. A static member's restart is a new Member with the same name."""
+class Member(MemberProcess):
+    """One Spark member process: a member of the streams group in task mode. A static member's restart
+    is a new Member with the same name."""
 
-    name: str
-    incarnation: int
-    instance: str | None
-    popen: subprocess.Popen[bytes]
-    progress: Path
-    gate: Path
-    log: Path
-    state: str = "starting"  # starting, ready, joining, running, stopping, stopped, killed, failed
-    started_at: float = field(default_factory=time.time)
-    ready_at: float | None = None
-    released_at: float | None = None
-    ended_at: float | None = None
+    #: The process id it joined as (the coordinator's describe names members by it).
     process_id: str | None = None
     batches: list[BatchOut] = field(default_factory=list)
     #: The tasks the member runs and their roles, as it last said (``parked`` copies included).
@@ -114,17 +90,6 @@ class Member:
     history: list[tuple[float, dict[str, str], dict[str, int]]] = field(default_factory=list)
     #: (time, message) of each warning the member's pipeline logged (a copy's query failed...).
     warnings: list[tuple[float, str]] = field(default_factory=list)
-    error: str | None = None
-    _pos: int = 0
-
-    @property
-    def label(self) -> str:
-        return self.name if self.incarnation == 1 else f"{self.name}#{self.incarnation}"
-
-    @property
-    def in_group(self) -> bool:
-        """Released and not yet stopped or killed: the coordinator should see it as a member."""
-        return self.released_at is not None and self.state in ("joining", "running")
 
     def roles(self, role: str) -> set[str]:
         return {t for t, r in self.tasks.items() if r == role}
@@ -144,29 +109,9 @@ class Member:
             out = starts
         return out
 
-    def poll(self) -> None:
-        """Read the progress lines appended since the last look (complete lines only)."""
-        try:
-            with open(self.progress, "rb") as f:
-                f.seek(self._pos)
-                data = f.read()
-        except FileNotFoundError:
-            return
-        complete = data.rfind(b"\n") + 1
-        self._pos += complete
-        for line in data[:complete].splitlines():
-            self._apply(json.loads(line))
-        if self.popen.poll() is not None and self.state not in ("stopped", "killed", "failed"):
-            self.state = "stopped" if self.state == "stopping" else "failed"
-            self.ended_at = self.ended_at or time.time()
-
-    def _apply(self, rec: dict[str, Any]) -> None:
+    def apply_own(self, rec: dict[str, Any]) -> None:
         kind = rec["kind"]
-        if kind == "ready":
-            self.ready_at = rec["t"]
-            if self.state == "starting":
-                self.state = "ready"
-        elif kind == "joined":
+        if kind == "joined":
             self.process_id = rec["process_id"]
             if self.state == "joining":
                 self.state = "running"
@@ -179,154 +124,35 @@ class Member:
             self.history.append((rec["t"], self.tasks, self.starts))
         elif kind == "warning":
             self.warnings.append((rec["t"], rec["message"]))
-        elif kind == "failed":
-            self.state, self.error = "failed", rec.get("error")
-        elif kind == "stopped" and self.state not in ("failed", "killed"):
-            self.state = "stopped"
-            self.ended_at = rec["t"]
 
 
-class Processes:
+class Processes(DemoProcesses[Member]):
     """The demo's processes: one coordinator (and a client of it), the Spark members, the producer."""
 
-    def __init__(self, root: Path, log_spec: str, topic: str, settings: Settings) -> None:
-        self.root, self.log_spec, self.topic, self.settings = root, log_spec, topic, settings
-        self.out = root / "out"
-        self.state_root = root / "state"
-        self.addr = ""
-        self.dashboard_url = ""
-        self.coordinator: subprocess.Popen[str] | None = None
-        self.client: CoordinatorClient | None = None
-        self.members: list[Member] = []
-        self.workload: TimedWorkload | None = None
-        self.stop_producing = threading.Event()
-        self._producer: threading.Thread | None = None
+    MEMBER_MODULE = "regroup.demo.stateful_member"
+    #: A leaving member stops every query it runs, actives and copies: seconds each on a busy machine.
+    REAP_AFTER_STOP_S = 90.0
+    REAP_AT_SHUTDOWN_S = 60.0
+    WORKLOAD = TimedWorkload
 
-    # ------------------------------------------------------------------ the coordinator
+    def __init__(self, root: Path, log_spec: str, topic: str, settings: Settings) -> None:
+        super().__init__(root, log_spec, topic, Member)
+        self.settings = settings
+        self.state_root = root / "state"
+
     def start_coordinator(self) -> None:
         """Start the coordinator (standbys and warm-ups on) and connect to it. The topic is created
         later (`create_topic`)."""
         s = self.settings
-        self.coordinator, self.addr, self.dashboard_url = start_coordinator_with_dashboard(
-            self.root / "coordinator", "--log", self.log_spec,
-            "--session-timeout-ms", str(s.session_timeout_ms),
-            "--heartbeat-interval-ms", str(s.heartbeat_interval_ms),
+        self.connect_coordinator(
+            s.session_timeout_ms, s.heartbeat_interval_ms,
             "--standby-replicas", str(s.standby_replicas), "--max-warmups", str(s.max_warmups),
             "--acceptable-recovery-lag", str(s.acceptable_recovery_lag), "--topic-refresh-s", "1")
-        self.client = CoordinatorClient(self.addr)
 
-    def create_topic(self, partitions: int) -> None:
-        """Create the topic and have the coordinator read the topic metadata at once."""
-        log = open_log(self.log_spec)
-        try:
-            log.create_topic(self.topic, partitions)
-        finally:
-            log.close()
-        if self.client is not None:
-            self.client.refresh_topics()
-
-    # ------------------------------------------------------------------ the producer
-    def start_producer(self, log_spec: str, partitions: int, rate: int) -> None:
-        """Produce the timestamped keyed workload on a thread of this process until `stop_producer`."""
-        self.workload = TimedWorkload(log_spec, self.topic, partitions, rate)
-        self._producer = threading.Thread(target=self.workload.run, args=(self.stop_producing,), daemon=True)
-        self._producer.start()
-
-    def stop_producer(self) -> None:
-        """Stop producing and wait for the producer; raise if it failed."""
-        self.stop_producing.set()
-        if self._producer is not None:
-            self._producer.join()
-        if self.workload is not None and self.workload.error is not None:
-            raise RuntimeError(f"the producer failed: {self.workload.error!r}")
-
-    # ------------------------------------------------------------------ the members
-    def spawn(self, name: str, instance: str | None = None, warm_up: bool = False) -> Member:
-        """Start a member process; it starts Spark (``warm_up``: and runs the pipeline once on made-up
-        rows), then waits at its gate (see `release`)."""
-        incarnation = 1 + sum(m.name == name for m in self.members)
-        tag = f"{name}.{incarnation}"
-        (self.root / "logs").mkdir(parents=True, exist_ok=True)
-        progress, gate = self.out / "progress" / f"{tag}.jsonl", self.root / "gates" / tag
-        gate.parent.mkdir(parents=True, exist_ok=True)
-        log = self.root / "logs" / f"{tag}.log"
+    def member_args(self, name: str) -> list[str]:
+        """The state root every member shares (a task's checkpoint moves with the task) and the
+        group's timings."""
         s = self.settings
-        args = [sys.executable, "-m", "regroup.demo.stateful_member", name, self.addr, self.log_spec,
-                str(self.out), str(self.state_root), "--topic", self.topic,
-                "--progress", str(progress), "--wait-for", str(gate),
-                "--trigger-ms", str(s.trigger_ms), "--session-timeout-ms", str(s.session_timeout_ms),
-                "--heartbeat-interval-ms", str(s.heartbeat_interval_ms),
-                "--local-dir", str(self.root / "spark-local" / tag)]
-        if instance:
-            args += ["--instance", instance]
-        if warm_up:
-            args.append("--warm-up")
-        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-               "SPARK_LOCAL_IP": "127.0.0.1", "PYTHONUNBUFFERED": "1"}
-        with open(log, "ab") as sink:
-            popen = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink, env=env,
-                                     start_new_session=True)  # rule 2
-        member = Member(name, incarnation, instance, popen, progress, gate, log)
-        self.members.append(member)
-        return member
-
-    def release(self, member: Member) -> None:
-        """Let a ready member join the group."""
-        member.gate.touch()
-        member.released_at = time.time()
-        member.state = "joining"
-
-    def stop(self, member: Member) -> None:
-        """SIGTERM: the member leaves the group cleanly (each active finishes its batch and commits),
-        then stops Spark and exits."""
-        if member.popen.poll() is None:
-            member.state = "stopping"
-            member.popen.send_signal(signal.SIGTERM)
-
-    def reap_later(self, member: Member) -> None:
-        """Wait for a member's exit on a thread, so that the demo keeps watching the group meanwhile."""
-        threading.Thread(target=reap, args=(member.popen, 90.0), daemon=True).start()
-
-    def terminate(self, member: Member) -> None:
-        self.stop(member)
-        self.reap_later(member)
-
-    def kill(self, member: Member) -> None:
-        kill_process_group(member.popen)
-        member.state, member.ended_at = "killed", time.time()
-
-    def poll(self) -> None:
-        for m in self.members:
-            m.poll()
-
-    def check_alive(self) -> None:
-        """Raise if the producer, the coordinator or a member failed (rule 4)."""
-        if self.workload is not None and self.workload.error is not None:
-            raise RuntimeError(f"the producer failed: {self.workload.error!r}")
-        if self.coordinator is not None and self.coordinator.poll() is not None:
-            raise RuntimeError(f"the coordinator exited with status {self.coordinator.returncode}; see "
-                               f"{self.root / 'coordinator.log'}")
-        for m in self.members:
-            if m.state == "failed":
-                raise RuntimeError(f"member {m.label} failed: {m.error or 'exit ' + str(m.popen.returncode)}"
-                                   f"; see {m.log}")
-
-    def shutdown(self) -> None:
-        """Stop the producer, every member still running (in parallel), then the coordinator.
-        Idempotent."""
-        self.stop_producing.set()
-        alive = [m for m in self.members if m.popen.poll() is None]
-        for m in alive:
-            if m.state != "killed":
-                m.state = "stopping"
-            m.popen.send_signal(signal.SIGTERM)
-        for m in alive:
-            reap(m.popen, 60.0)
-        for m in self.members:
-            kill_process_group(m.popen)  # whatever a member left behind (a JVM that hung on)
-            m.poll()
-        if self.client is not None:
-            self.client.close()
-            self.client = None
-        stop_coordinator(self.coordinator)
-        self.coordinator = None
+        return [str(self.state_root), "--trigger-ms", str(s.trigger_ms),
+                "--session-timeout-ms", str(s.session_timeout_ms),
+                "--heartbeat-interval-ms", str(s.heartbeat_interval_ms)]

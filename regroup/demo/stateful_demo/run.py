@@ -1,28 +1,20 @@
 """One run of the stateful demo, from a fresh data directory to the printed results and the report.
 
-Rules of this module:
-
-1. Every child process is stopped on return, on error and on Ctrl-C. After an error the data directory
-   is kept (its logs/ say what happened); after Ctrl-C it is removed unless ``keep``.
-2. The result is computed once, typed (:class:`StatefulResult`); ``results.json``, ``--json`` and the
-   value :func:`run_stateful_demo` returns are its :meth:`~StatefulResult.to_json`.
+Its rules are those of `regroup.demo.spark_common.run`; the result is a :class:`StatefulResult`,
+and before it is published the output is checked against the batch job (``check_s``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import shutil
-import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.live import Live
 
-from regroup.demo.common import TOPIC
+from regroup.demo.spark_common.run import fresh_run, publish, run_guarded, watch_live
+from regroup.demo.spark_common.scenario import EVENT_LABELS
 from regroup.demo.stateful_demo.analysis import StatefulResult, analyse, read_log, read_outputs
 from regroup.demo.stateful_demo.live import (
     EVENT_HEADER,
@@ -34,7 +26,7 @@ from regroup.demo.stateful_demo.live import (
     summary_rows,
 )
 from regroup.demo.stateful_demo.processes import Settings
-from regroup.demo.stateful_demo.scenario import EVENT_LABELS, DemoConfig, StatefulDemo, play
+from regroup.demo.stateful_demo.scenario import DemoConfig, StatefulDemo, play
 
 #: Defaults: 6 tasks spread over 3, then 4, then 2 members; 50 records/s per task.
 MEMBERS, PARTITIONS, RATE, DURATION_S = 3, 6, 300, 90.0
@@ -68,57 +60,23 @@ def run_demo(members: int = MEMBERS, partitions: int = PARTITIONS, rate: int = R
                          "after the scale out)")
     started = time.time()
     cfg = DemoConfig(members, partitions, rate, duration, settings or Settings())
-    root = Path(tempfile.mkdtemp(prefix="regroup-stateful-demo-"))
-    topic = TOPIC if log_spec is None else f"{TOPIC}-{uuid.uuid4().hex[:8]}"
+    root, log, topic = fresh_run("regroup-stateful-demo-", log_spec)
     console = Console(stderr=json_output)
-    demo = StatefulDemo(root, str(root / "log") if log_spec is None else log_spec, topic, cfg)
-    try:
-        drained = _run(demo, console, json_output)
-    except KeyboardInterrupt:
-        demo.processes.shutdown()
-        demo.close()
-        if not keep:
-            shutil.rmtree(root, ignore_errors=True)
-        raise
-    except BaseException:
-        demo.processes.shutdown()
-        demo.close()
-        console.print(f"[red]the demo failed; its data directory is kept for inspection: {root}[/red]")
-        raise
-    finally:
-        demo.processes.shutdown()
-        demo.close()
+    demo = StatefulDemo(root, log, topic, cfg)
+    drained = run_guarded(demo, keep, console, lambda: _run(demo, console, json_output))
     t = time.time()
     result = _results(demo, drained)
     demo.timings["check_s"] = round(time.time() - t, 1)
     result = dataclasses.replace(result, timings_s=demo.timings, wall_time_s=round(time.time() - started, 1))
-    report_dir = Path(report) if report is not None else root / "report"
-    paths = _write_report(demo, result, report_dir)
-    result = dataclasses.replace(result, report={**paths, "json": str(report_dir / "results.json")})
-    Path(result.report["json"]).write_text(json.dumps(result.to_json(), indent=1))
-    if not keep:
-        _cleanup(root, report_dir)
-        result = dataclasses.replace(result, data_dir=None)
-    if json_output:
-        print(json.dumps(result.to_json()))
-    else:
-        print_results(console, result)
-    return result
+    return publish(result, root, report, keep, json_output, console,
+                   lambda r, directory: _write_report(demo, r, directory), print_results)
 
 
 def _run(demo: StatefulDemo, console: Console, json_output: bool) -> bool:
     """The run itself, watched live: start, settle, produce, the events, drain. Returns drained."""
     demo.processes.start_coordinator()
-    console.print(f"dashboard: {demo.processes.dashboard_url} (while the demo runs)")
-    with Live(console=console, refresh_per_second=4, transient=json_output) as live:
-        demo.redraw = lambda: live.update(live_table(demo))
-        drained = play(demo)
-        demo.phase = "stopping the members"
-        demo.refresh()
-        demo.redraw = lambda: None
-    t = time.time()
-    demo.processes.shutdown()
-    demo.timings["shutdown_s"] = round(time.time() - t, 1)
+    drained = watch_live(demo, console, json_output, live_table, lambda: play(demo))
+    demo.stop_members()
     return drained
 
 
@@ -151,13 +109,3 @@ def _write_report(demo: StatefulDemo, result: StatefulResult, directory: Path) -
         tables=extra_tables(result),
         notes=REPORT_NOTES, dashboard_url=demo.processes.dashboard_url or None)
     return write_report(directory, data)
-
-
-def _cleanup(root: Path, report_dir: Path) -> None:
-    """Remove the data directory — all but the report when it lives there."""
-    inside = report_dir.resolve().is_relative_to(root.resolve())
-    for child in root.iterdir():
-        if not (inside and report_dir.resolve().is_relative_to(child.resolve())):
-            shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink(missing_ok=True)
-    if not inside:
-        shutil.rmtree(root, ignore_errors=True)

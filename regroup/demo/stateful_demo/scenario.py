@@ -14,9 +14,8 @@ Rules of this module:
 3. An event is followed until the group has settled again and every task has produced output
    again from the member now holding it active; that span is its window (plus `WINDOW_MARGIN_S`),
    in which the analysis measures each task's unavailability.
-4. Every wait is for a condition, with a bound that only says when to give up; while waiting the
-   demo keeps reading the members' progress, sampling the group and redrawing the live view, and
-   stops at once if a process fails.
+4. And those both demos share (`regroup.demo.spark_common.scenario`): every wait is for a
+   condition, the same four events, the drain at the end.
 """
 
 from __future__ import annotations
@@ -27,28 +26,29 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from regroup.demo.stateful_demo.processes import Member, Processes, Settings, TimedWorkload
+from regroup.demo.spark_common.scenario import (
+    EVENT_LABELS,
+    STATIC_INSTANCE,
+    WINDOW_MARGIN_S,
+    DemoRun,
+    RunConfig,
+    event_end,
+    moved_partitions,
+    static_roll,
+)
+from regroup.demo.stateful_demo.processes import Member, Processes, Settings
 from regroup.demo.stateful_demo.watch import ACTIVE, GroupWatch
 from regroup.log import open_log
 from regroup.log.base import PartitionedLog
 
-STATIC_INSTANCE = "static-1"
-#: How long after an event ended its window still runs.
-WINDOW_MARGIN_S = 2.0
 #: At least this long between an event's end and the next event.
 STEADY_S = 5.0
 #: When the events happen, as fractions of the duration (each also waits for a settled group).
 EVENT_PLAN = (("scale-out", 0.1), ("scale-in", 0.35), ("static-roll", 0.55), ("kill-9", 0.75))
-EVENT_LABELS = {"scale-out": "scale out +1", "scale-in": "scale in -1", "static-roll": "roll static member",
-                "kill-9": "kill -9"}
 
 
 @dataclass
-class DemoConfig:
-    members: int
-    partitions: int
-    rate: int
-    duration: float
+class DemoConfig(RunConfig):
     settings: Settings = field(default_factory=Settings)
     join_timeout_s: float = 240.0  # several JVMs starting at once on two cores
     settle_timeout_s: float = 150.0
@@ -75,8 +75,7 @@ class Event:
     @property
     def moved(self) -> list[int]:
         """The tasks whose active moved to another member."""
-        return sorted(p for p in set(self.actives_before) | set(self.actives_after)
-                      if self.actives_before.get(p) != self.actives_after.get(p))
+        return moved_partitions(self.actives_before, self.actives_after)
 
     @property
     def touched(self) -> list[int]:
@@ -86,38 +85,28 @@ class Event:
 
     @property
     def end(self) -> float:
-        ends = [t for t in (self.settled_at, self.resumed_at) if t is not None]
-        return max(ends) if ends else self.at + 30.0
+        return event_end(self.at, self.settled_at, self.resumed_at)
 
     @property
     def window(self) -> tuple[float, float]:
         return self.at, self.end + WINDOW_MARGIN_S
 
 
-class StatefulDemo:
+class StatefulDemo(DemoRun[Processes]):
     """One run: its processes, the group as sampled, the events so far, and what the run is doing."""
 
     def __init__(self, root: Path, log_spec: str, topic: str, cfg: DemoConfig) -> None:
-        self.root, self.log_spec, self.topic, self.cfg = root, log_spec, topic, cfg
-        self.partitions = cfg.partitions
-        self.processes = Processes(root, log_spec, topic, cfg.settings)
+        processes = Processes(root, log_spec, topic, cfg.settings)
+        super().__init__(root, log_spec, topic, cfg.partitions, processes)
+        self.cfg = cfg
         self.watch = GroupWatch(topic, cfg.partitions, cfg.settings.standby_replicas,
                                 trace=root / "group.jsonl")
         self.events: list[Event] = []
-        self.phase = "starting"
-        self.started = time.time()
-        self.t0 = time.time()
-        self.timings: dict[str, float] = {}
-        self.redraw: Callable[[], None] = lambda: None
         self._log: PartitionedLog | None = None
 
     @property
     def members(self) -> list[Member]:
         return self.processes.members
-
-    @property
-    def workload(self) -> TimedWorkload | None:
-        return self.processes.workload
 
     def ends(self) -> dict[int, int]:
         if self._log is None:
@@ -125,30 +114,18 @@ class StatefulDemo:
         return self._log.end_offsets(self.topic)
 
     def close(self) -> None:
+        """Stop every process and close the log."""
+        super().close()
         if self._log is not None:
             self._log.close()
             self._log = None
 
-    def refresh(self) -> None:
-        """Read the members' progress, sample the group, redraw the live view."""
-        self.processes.poll()
+    def sample(self) -> None:
         try:
             ends: dict[int, int] | None = self.ends()
         except Exception:
             ends = None
         self.watch.refresh(self.processes.client, self.members, ends)
-        self.redraw()
-
-    def wait(self, pred: Callable[[], bool], timeout: float, tick: float = 0.25) -> bool:
-        deadline = time.time() + timeout
-        while True:
-            self.refresh()
-            if pred():
-                return True
-            if time.time() >= deadline:
-                return False
-            self.processes.check_alive()
-            time.sleep(tick)
 
     def settled(self) -> bool:
         return self.watch.settled(self.members)
@@ -189,18 +166,10 @@ class StatefulDemo:
 def play(demo: StatefulDemo) -> bool:
     """Start the members, produce, run the events, stop producing and drain; returns whether every
     partition was committed up to the log's end. The coordinator is already running."""
-    cfg = demo.cfg
     spare, replacement = _start(demo)
     _run_events(demo, spare, replacement)
-    demo.phase = "steady"
-    demo.wait(lambda: time.time() - demo.t0 >= cfg.duration, cfg.duration)
-    demo.processes.stop_producer()
-    demo.timings["workload_s"] = round(time.time() - demo.t0, 1)
-    demo.phase = "draining: waiting until every task has committed up to the log's end"
-    t = time.time()
-    drained = demo.wait(lambda: demo.watch.drained(demo.workload, demo.ends()), 120, tick=0.5)
-    demo.timings["drain_s"] = round(time.time() - t, 1)
-    return drained
+    return demo.finish(demo.cfg.duration, lambda: demo.watch.drained(demo.workload, demo.ends()),
+                       "waiting until every task has committed up to the log's end")
 
 
 def _start(demo: StatefulDemo) -> tuple[Member, Member]:
@@ -227,10 +196,7 @@ def _start(demo: StatefulDemo) -> tuple[Member, Member]:
     processes.create_topic(cfg.partitions)
     demo.t0 = t = time.time()
     demo.timings["startup_s"] = round(demo.t0 - demo.started, 1)
-    # The producer writes fsync-free to the embedded log: the demo is about hand-offs, not disks.
-    embedded = demo.log_spec == str(demo.root / "log")
-    processes.start_producer(f"embedded://{demo.log_spec}?fsync=never" if embedded else demo.log_spec,
-                             cfg.partitions, cfg.rate)
+    processes.start_producer(cfg.partitions, cfg.rate)
     # The replacement warms up while the others settle (JVMs starting together slow each other down).
     replacement.append(processes.spawn("m1", STATIC_INSTANCE, warm_up=True))
     demo.phase = "the topic exists: the first members start their tasks"
@@ -259,19 +225,6 @@ def _event(demo: StatefulDemo, kind: str, member: str, act: Callable[[], None]) 
     return ev
 
 
-def _roll(demo: StatefulDemo, old: Member, new: Member) -> Callable[[], None]:
-    def act() -> None:
-        demo.processes.stop(old)
-        # The replacement joins as soon as the old one has stepped out of the group: its actives are
-        # stopped then (their last batches committed), and the session timeout runs from there.
-        # Its copies may still be stopping — that takes seconds each on a busy machine.
-        demo.wait(lambda: demo.watch.stepped_out(STATIC_INSTANCE) or old.state == "stopped"
-                  or old.popen.poll() is not None, 90, tick=0.05)
-        demo.processes.release(new)
-        demo.processes.reap_later(old)
-    return act
-
-
 def _run_events(demo: StatefulDemo, spare: Member, replacement: Member) -> None:
     processes, cfg = demo.processes, demo.cfg
     for kind, frac in EVENT_PLAN:
@@ -292,7 +245,12 @@ def _run_events(demo: StatefulDemo, spare: Member, replacement: Member) -> None:
             _event(demo, kind, victim.name, functools.partial(processes.terminate, victim))
         elif kind == "static-roll":
             demo.wait(lambda: replacement.ready_at is not None, 120)
-            ev = _event(demo, kind, static.name, _roll(demo, static, replacement))
+            # The replacement joins as soon as the old one has stepped out of the group: its actives
+            # are stopped then (their last batches committed), and the session timeout runs from
+            # there. Its copies may still be stopping — that takes seconds each on a busy machine.
+            ev = _event(demo, kind, static.name, static_roll(
+                demo, static, replacement, timeout=90,
+                out_of_group=lambda: demo.watch.stepped_out(STATIC_INSTANCE)))
             ev.note = (ev.note + (" · " if ev.note else "") + ("nothing moved" if not ev.moved
                                                                 else f"tasks moved: {ev.moved}"))
         else:  # a member whose tasks have standbys (every task has one when the group has settled)

@@ -19,7 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from regroup.demo.stateful_demo.processes import Member, TimedWorkload
+from regroup.demo.common import Workload
+from regroup.demo.stateful_demo.processes import Member
 from regroup.demo.stateful_member import STREAMS_GROUP
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.messages import STATIC_LEAVE_EPOCH, OffsetFetchRequest
@@ -180,7 +181,7 @@ class GroupWatch:
                     out[m.name] = missing
         return out
 
-    def drained(self, workload: TimedWorkload | None, ends: Mapping[int, int]) -> bool:
+    def drained(self, workload: Workload | None, ends: Mapping[int, int]) -> bool:
         """Every partition's committed offset is the log's end, and the log holds what was produced."""
         if workload is None or len(ends) != self.partitions:
             return False
