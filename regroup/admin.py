@@ -434,6 +434,8 @@ def coordinator(
     metrics_port: int | None = typer.Option(None, help="Serve Prometheus metrics on this port."),
     session_timeout_ms: int = typer.Option(45_000, help="Members silent this long are fenced."),
     heartbeat_interval_ms: int = typer.Option(5_000, help="How often members heartbeat."),
+    failover_grace_ms: int = typer.Option(2_000, min=0, help="Fence a dynamic member this long after its "
+                                          "connection broke unless it comes back (0: off)."),
     http: str | None = typer.Option(None, "--http", metavar="HOST:PORT",
                                     help="Serve the dashboard and its JSON API here (port 0: any)."),
     standby_replicas: int = typer.Option(0, help="Streams groups: caught-up standby copies of every task, "
@@ -459,5 +461,6 @@ def coordinator(
         data_dir=data_dir, listen=listen, log_spec=log or os.environ.get("REGROUP_LOG"),
         token=token or os.environ.get("REGROUP_TOKEN"), tls_cert=tls_cert, tls_key=tls_key,
         metrics_port=metrics_port, session_timeout_ms=session_timeout_ms,
-        heartbeat_interval_ms=heartbeat_interval_ms, http=http, streams=streams))
+        heartbeat_interval_ms=heartbeat_interval_ms, failover_grace_ms=failover_grace_ms, http=http,
+        streams=streams))
     raise typer.Exit(code)

@@ -198,6 +198,30 @@ def bench_coordinator(
                           dashboard_clients=dashboard_clients)
 
 
+@bench_app.command("failover")
+def bench_failover(
+    runs: int = typer.Option(8, min=1, help="Members killed with kill -9, with the failover grace on."),
+    baseline_runs: int = typer.Option(2, min=0, help="Kills with the grace off (each waits a session "
+                                                     "timeout); 0 skips the baseline."),
+    members: int = typer.Option(3, min=2, help="Dynamic consumer processes."),
+    partitions: int = typer.Option(6, min=2, help="Partitions of the topic."),
+    grace_ms: int = typer.Option(2_000, min=1, help="The coordinator's --failover-grace-ms."),
+    session_timeout_ms: int = typer.Option(10_000, min=500, help="The coordinator's session timeout."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+) -> None:
+    """Real processes: kill -9 a consumer, time until each of its partitions is processed again by
+    another member — with the failover grace and without it (the session timeout)."""
+    from regroup.bench.failover import Settings, run_failover_bench
+
+    try:
+        settings = Settings(members=members, partitions=partitions, runs=runs, baseline_runs=baseline_runs,
+                            grace_ms=grace_ms, session_timeout_ms=session_timeout_ms,
+                            heartbeat_interval_ms=min(2_000, session_timeout_ms // 3))
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from e
+    run_failover_bench(settings, json_output=json_output)
+
+
 def main() -> None:
     app()
 

@@ -1,7 +1,9 @@
 """One consumer process of `regroup bench rebalance`: consumes and logs what happens when.
 
-Writes to OUT: ``T assign|revoke P1,P2``, and every 100 ms ``T count N`` (records consumed since the
-last line). Times are wall-clock seconds, comparable across processes on one machine.
+Writes to OUT: ``T member ID`` once it started, ``T assign|revoke|lost P1,P2``, ``T first P`` when it
+hands out the first record of a partition after being assigned it (`regroup bench failover`), and
+every 100 ms ``T count N`` (records consumed since the last line). Times are wall-clock seconds,
+comparable across processes on one machine.
 """
 
 from __future__ import annotations
@@ -24,16 +26,26 @@ def main(coordinator: str, log_dir: str, topic: str, out_path: str) -> None:
 
     signal.signal(signal.SIGTERM, on_term)
 
+    fresh: set[int] = set()  # assigned, no record handed out yet
+
     def event(kind: str) -> Any:
-        return lambda c, shards: out.write(
-            f"{time.time():.4f} {kind} {','.join(str(s.partition) for s in sorted(shards))}\n")
+        def write(c: Consumer, shards: Any) -> None:
+            if kind == "assign":
+                fresh.update(s.partition for s in shards)
+            out.write(f"{time.time():.4f} {kind} {','.join(str(s.partition) for s in sorted(shards))}\n")
+        return write
 
     c = Consumer("bench", coordinator=coordinator, log=log_dir, topics=[topic], on_assign=event("assign"),
                  on_revoke=event("revoke"), on_lost=event("lost"), max_batch_records=200)
+    out.write(f"{time.time():.4f} member {c.member_id}\n")
     count, last = 0, time.time()
     while not stop:
-        count += len(c.consume(200, 0.05))
+        batch = c.consume(200, 0.05)
+        count += len(batch)
         now = time.time()
+        for p in {r.partition for r in batch} & fresh:
+            fresh.discard(p)
+            out.write(f"{now:.4f} first {p}\n")
         if now - last >= 0.1:
             out.write(f"{now:.4f} count {count}\n")
             count, last = 0, now

@@ -9,7 +9,11 @@ The protocol lives in `MemberStateMachine`; this shell does the I/O around it:
   acknowledges, so the next owner starts exactly where this one stopped (a clean hand-off);
 * ``on_lost`` is called when the membership was lost (fenced): nothing is committed then, because
   another member may already own the partitions;
-* records come straight from the log (embedded directory or Kafka) at explicit offsets.
+* records come straight from the log (embedded directory or Kafka) at explicit offsets;
+* while the member is cut off from the coordinator (its connection broke and no heartbeat has been
+  answered for the failover grace the coordinator gave it, `regroup.protocol.failover`), `poll()`
+  and `consume()` hand out no records and read nothing: the coordinator may already have given the
+  partitions to another member. They resume as soon as a heartbeat is answered again.
 
 A consumer that does not call `poll()` for longer than its rebalance timeout while it must give up
 partitions is fenced by the coordinator, like Kafka's ``max.poll.interval.ms``.
@@ -95,6 +99,7 @@ class Consumer:
         self._fatal: FatalConsumerError | None = None
         self._backlog = Backlog()  # the member's actions not carried out yet (some wait for the next poll)
         self._closed = False
+        self._paused = False  # cut off from the coordinator (failover rule 7): no records out
         self._membership = Membership(CoordinatorClient(coordinator, token=token, tls_ca=tls_ca), machine)
 
     # ------------------------------------------------------------------ public API
@@ -111,7 +116,8 @@ class Consumer:
         while True:
             self._run_actions()
             self._check_usable()
-            while self._buffer and len(out) < num_messages:
+            paused = self._cut_off()
+            while not paused and self._buffer and len(out) < num_messages:
                 rec = self._buffer.popleft()
                 shard = Shard(rec.topic, rec.partition)
                 if self._positions.get(shard) != rec.offset:
@@ -120,7 +126,7 @@ class Consumer:
                 out.append(rec)
             if out or time.monotonic() >= deadline:
                 return out
-            if not self._fill():
+            if paused or not self._fill():
                 time.sleep(min(0.01, max(0.0, deadline - time.monotonic())))
 
     def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
@@ -160,6 +166,24 @@ class Consumer:
     @property
     def member_epoch(self) -> int:
         return self._membership.epoch
+
+    @property
+    def paused(self) -> bool:
+        """Whether the consumer is cut off from the coordinator and hands out no records (as of the
+        last `poll()`/`consume()`)."""
+        return self._paused
+
+    def _cut_off(self) -> bool:
+        paused = self._membership.cut_off()
+        if paused != self._paused:
+            self._paused = paused
+            if paused:
+                log.warning("cut off from the coordinator for %d ms since its last answer, after the "
+                            "connection broke: it may have given the partitions away; pausing until it "
+                            "answers again", self._membership.failover_grace_ms)
+            else:
+                log.info("the coordinator answers again: resuming")
+        return paused
 
     # ------------------------------------------------------------------ actions (user thread)
     def _run_actions(self) -> None:

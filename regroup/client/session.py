@@ -9,6 +9,11 @@ is safe to act, and reports back to the machine. Nothing here decides anything.
 `Session` is generic over the machine: a consumer's `MemberStateMachine` (`regroup.client.membership`)
 or a streams member's `StreamsMemberStateMachine` (`regroup.streams.membership`); each subclass adds
 how its kind of heartbeat travels and what its owner reports.
+
+It also keeps the member's `Contact` (`regroup.protocol.failover`): it reports when the nudge stream
+opens and ends and which heartbeats were answered with what grace, heartbeats when the contact rule
+asks for one, and answers `cut_off()` — whether the owner must stop processing because the
+coordinator may have given its work away after its connection broke.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from regroup.client.errors import CommitFailedError, ConsumerError, OffsetFetchError
 from regroup.protocol.errors import ErrorCode
+from regroup.protocol.failover import Contact
 from regroup.protocol.messages import Ack, OffsetCommitRequest, OffsetFetchRequest, OffsetFetchResponse
 from regroup.protocol.shard import Shard
 from regroup.rpc.client import CoordinatorClient
@@ -78,6 +84,7 @@ class Session(Generic[M]):
         self._wake = threading.Event()
         self._actions: deque[Any] = deque()
         self._changed = threading.Condition(self._lock)
+        self._contact = Contact()
         self._closed = False
         self._stream: Any = None  # the open nudge stream, cancelled on close
         self._heartbeater = threading.Thread(target=self._heartbeat_loop, name="regroup-heartbeat",
@@ -127,6 +134,18 @@ class Session(Generic[M]):
     def has_actions(self) -> bool:
         with self._lock:
             return bool(self._actions)
+
+    def cut_off(self) -> bool:
+        """Must the owner stop processing? True while the coordinator may have fenced this member
+        because its connection broke and it has not heard from it since (failover rule 7)."""
+        with self._lock:
+            return self._contact.cut_off(now_ms())
+
+    @property
+    def failover_grace_ms(self) -> int:
+        """The grace the coordinator last said applies to this member (0: none)."""
+        with self._lock:
+            return self._contact.grace_ms
 
     # ------------------------------------------------------------------ offsets
     def fetch_committed(self, shards: Collection[Shard]) -> dict[Shard, int]:
@@ -220,6 +239,10 @@ class Session(Generic[M]):
             now = now_ms()
             with self._lock:
                 self._enqueue(self._machine.tick(now))
+                due = self._contact.heartbeat_due_at()
+                if due is not None and due <= now:  # failover rule 9: stay in contact
+                    self._contact.asked(now)
+                    self._machine.nudge(now)
                 req = self._machine.next_request(now)
                 if _finished(self._machine) and req is None:
                     return
@@ -232,20 +255,25 @@ class Session(Generic[M]):
                         self._enqueue(self._machine.request_failed(now_ms()))
                 else:
                     with self._lock:
+                        if resp.error is ErrorCode.NONE:  # sent at ``now``: rule 7 counts from there
+                            self._contact.answered(now, resp.failover_grace_ms)
                         self._enqueue(self._machine.on_response(resp, now_ms()))
                 continue
             with self._lock:
                 at = self._machine.next_heartbeat_at()
                 deadline = self._machine.session_deadline()
-            wait_ms = min(x for x in (at, deadline, now + 1000) if x is not None) - now
+                due = self._contact.heartbeat_due_at()
+            wait_ms = min(x for x in (at, deadline, due, now + 1000) if x is not None) - now
             self._wake.wait(max(0, wait_ms) / 1000)
             self._wake.clear()
 
     def _watch_loop(self) -> None:
         backoff = 0.1
         while not self._closed:
+            ended_by_coordinator = False
             try:
                 self._stream = self.client.watch(self.group_id, self.member_id)
+                self._contact_changed(opened=True)
                 for _ in self._stream:
                     backoff = 0.1
                     with self._lock:
@@ -253,11 +281,24 @@ class Session(Generic[M]):
                     self._wake.set()
                     if self._closed:
                         return
+                ended_by_coordinator = self._stream.ended_by_coordinator
             except CoordinatorUnavailable:
                 pass
             except Exception as e:  # the nudge stream is an optimisation: never let it kill us
                 if self._closed:
                     return
                 log.debug("nudge stream ended: %s", e)
+            self._contact_changed(opened=False, ended_by_coordinator=ended_by_coordinator)
             time.sleep(backoff)
             backoff = min(backoff * 2, 2.0)
+
+    def _contact_changed(self, *, opened: bool, ended_by_coordinator: bool = False) -> None:
+        """The nudge stream opened or ended: the contact rule may want a heartbeat now, and the owner
+        may be waiting on `cut_off()`."""
+        with self._lock:
+            if opened:
+                self._contact.stream_opened(now_ms())
+            else:
+                self._contact.stream_closed(now_ms(), ended_by_coordinator=ended_by_coordinator)
+            self._changed.notify_all()
+        self._wake.set()

@@ -86,6 +86,9 @@ class ServerConfig:
     metrics_port: int | None = None
     session_timeout_ms: int = 45_000
     heartbeat_interval_ms: int = 5_000
+    #: A dynamic member whose connection broke is fenced this long after, unless it comes back
+    #: (`regroup.protocol.failover`); 0: off, members wait for the session timeout.
+    failover_grace_ms: int = 2_000
     snapshot_every: int = 50_000
     topic_refresh_s: float = 5.0
     history_limit: int = 100
@@ -105,7 +108,8 @@ class ServerConfig:
             data_dir=args.data_dir, listen=args.listen, log_spec=args.log_spec,
             token=args.token or os.environ.get("REGROUP_TOKEN") or None, tls_cert=args.tls_cert,
             tls_key=args.tls_key, metrics_port=args.metrics_port, session_timeout_ms=args.session_timeout_ms,
-            heartbeat_interval_ms=args.heartbeat_interval_ms, snapshot_every=args.snapshot_every,
+            heartbeat_interval_ms=args.heartbeat_interval_ms, failover_grace_ms=args.failover_grace_ms,
+            snapshot_every=args.snapshot_every,
             topic_refresh_s=args.topic_refresh_s, history_limit=args.history_limit,
             max_message_bytes=args.max_message_bytes, max_pending_requests=args.max_pending_requests,
             http=args.http,
@@ -140,7 +144,8 @@ async def serve(
     if (cfg.tls_cert is None) != (cfg.tls_key is None):
         raise ValueError("TLS needs both --tls-cert and --tls-key")
     config = CoordinatorConfig(session_timeout_ms=cfg.session_timeout_ms,
-                               heartbeat_interval_ms=cfg.heartbeat_interval_ms)
+                               heartbeat_interval_ms=cfg.heartbeat_interval_ms,
+                               failover_grace_ms=cfg.failover_grace_ms)
     listen, data_dir, token = cfg.listen, cfg.data_dir, cfg.token
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
@@ -152,8 +157,9 @@ async def serve(
 
     http_at = parse_http(cfg.http) if cfg.http is not None else None
     log.info("starting: data dir %s, listen %s, topic metadata from %s, session timeout %d ms, "
-             "heartbeat interval %d ms", data_dir, listen, redact_spec(cfg.log_spec), cfg.session_timeout_ms,
-             cfg.heartbeat_interval_ms)
+             "heartbeat interval %d ms, failover grace %s", data_dir, listen, redact_spec(cfg.log_spec),
+             cfg.session_timeout_ms, cfg.heartbeat_interval_ms,
+             f"{cfg.failover_grace_ms} ms" if cfg.failover_grace_ms > 0 else "off")
     source = open_topic_source(cfg.log_spec)
     store = DurableStore(data_dir, snapshot_every=cfg.snapshot_every, history_limit=cfg.history_limit)
     t0 = time.perf_counter()
@@ -316,6 +322,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port")
     p.add_argument("--session-timeout-ms", type=int, default=45_000)
     p.add_argument("--heartbeat-interval-ms", type=int, default=5_000)
+    p.add_argument("--failover-grace-ms", type=int, default=2_000,
+                   help="fence a dynamic member this long after its connection broke unless it comes back "
+                        "(default 2000; 0: off, wait for the session timeout)")
     streams = p.add_argument_group("streams groups")
     streams.add_argument("--standby-replicas", type=int, default=0,
                          help="caught-up standby copies of every task, on other processes (default 0)")

@@ -4,7 +4,11 @@ Every handler decodes the request (`regroup.rpc.wire`), goes through the runtime
 a change, `_ask` for a read: the core runs synchronously on the event loop, it is fast and never
 blocks), performs the step's effects (history, nudges to Watch streams, the timer at the next
 deadline, logs and metrics), awaits the durability the runtime names, then encodes the answer. The
-service decides nothing about the protocol and validates nothing the core validates.
+service decides nothing about the protocol and validates nothing the core validates. Besides
+requests it reports two facts to the core as steps: a member's Watch stream opened
+(`connection_restored`), and a member's last Watch stream ended without the service ending it — its
+process died and its kernel closed the socket, or the network dropped it (`connection_lost`); what
+that means for the member is `regroup.protocol.failover`'s rule.
 
 Fail-stop: if the store cannot write, or the core raises an unexpected exception in a call that
 changes state, memory may no longer match the disk. The service then refuses further calls and asks
@@ -157,6 +161,7 @@ class CoordinatorService:
         self.fatal_reason = ""
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: int | None = None
+        self._ending = False  # shutting down: streams that end are not broken connections
         self._tasks: list[asyncio.Task[None]] = []
         self._observe_handle: asyncio.TimerHandle | None = None
         self._hb_counters = {c: self.metrics.heartbeats.labels(c.value) for c in ErrorCode}
@@ -384,7 +389,9 @@ class CoordinatorService:
             self.metrics.heartbeat_streams.dec()
 
     def end_streams(self) -> None:
-        """At shutdown: end the Watch streams (heartbeat streams end with the server's grace period)."""
+        """At shutdown: end the Watch streams (heartbeat streams end with the server's grace period).
+        From now on a stream that ends is not reported as a broken connection: we are ending it."""
+        self._ending = True
         self.watchers.close_all()
 
     def _seen(self, key: MemberKey, context: Ctx) -> None:
@@ -410,17 +417,38 @@ class CoordinatorService:
             queue = self.watchers.subscribe(key)
         except TooManyWatchers as e:
             await self._abort(context, "Watch", grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
+        # The member is connected again: before it hears so (SUBSCRIBED), the core forgets a grace
+        # its broken stream started (regroup.protocol.failover rules 3 and 8).
+        self._connection(key, lost=False)
+        ended_by_us = False
         try:
             yield pb.Nudge(kind=pb.NUDGE_KIND_SUBSCRIBED, group_id=key[0], member_id=key[1],
                            group_epoch=self._epoch_of(key[0]))
             while True:
                 epoch = await queue.get()
                 if epoch == CLOSED:
+                    ended_by_us = True
                     return
                 yield pb.Nudge(kind=pb.NUDGE_KIND_HEARTBEAT_NOW, group_id=key[0], member_id=key[1],
                                group_epoch=epoch)
         finally:
             self.watchers.unsubscribe(key, queue)
+            # Anything but our own ending (cancelled: the client went away — its process died and
+            # its kernel closed the socket, or the network dropped it, or it closed the stream) is a
+            # broken connection once no other stream of the member is open. The core decides.
+            if not ended_by_us and not self._ending and not self.watchers.watching(key):
+                self._connection(key, lost=True)
+
+    def _connection(self, key: MemberKey, *, lost: bool) -> None:
+        """Report a member's broken (or restored) connection to the core, as a step of its own."""
+        now = self.clock()
+        log.debug("group %r: member %r %s", key[0], key[1],
+                  "has no open stream left" if lost else "opened a stream")
+        with contextlib.suppress(_Stopped):
+            if lost:
+                self._step(lambda c: c.connection_lost(key[0], key[1], now))
+            else:
+                self._step(lambda c: c.connection_restored(key[0], key[1], now))
 
     # ================================================================= offsets
     async def commit_offsets(self, request: pb.OffsetCommitRequest, context: Ctx) -> pb.Ack:

@@ -55,6 +55,10 @@ class Watchers:
             del self._streams[key]
         self._changed()
 
+    def watching(self, key: MemberKey) -> bool:
+        """Whether the member has a stream open."""
+        return key in self._streams
+
     def nudge(self, keys: Iterable[MemberKey], epoch_of: Callable[[str], int]) -> int:
         """Push to every stream of ``keys``; returns how many streams got something new."""
         sent = 0

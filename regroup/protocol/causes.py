@@ -24,6 +24,8 @@ class FenceReason(Enum):
 
     SESSION_TIMEOUT = "session timeout"
     REVOCATION_TIMEOUT = "revocation timeout"
+    #: Its connection broke and it did not come back within the failover grace (`protocol.failover`).
+    CONNECTION_LOST = "connection lost"
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from regroup.protocol.failover import check_grace
+
 
 @dataclass(frozen=True, slots=True)
 class CoordinatorConfig:
@@ -24,6 +26,9 @@ class CoordinatorConfig:
     #: Shards a consumer's owned list may hold, counted as listed (and tasks a streams member owns, in
     #: all roles together); also bounds the shards of an offset request.
     max_owned_shards: int = 1_000_000
+    #: A dynamic member whose connection broke is fenced this long after, unless it heartbeats or
+    #: reconnects first (`regroup.protocol.failover`); 0 turns it off.
+    failover_grace_ms: int = 2_000
 
     def __post_init__(self) -> None:
         if self.heartbeat_interval_ms <= 0:
@@ -36,3 +41,4 @@ class CoordinatorConfig:
             raise ValueError(f"max_group_size must be at least 1, got {self.max_group_size}")
         if self.max_rebalance_timeout_ms <= 0:
             raise ValueError("max_rebalance_timeout_ms must be positive")
+        check_grace(self.failover_grace_ms)

@@ -15,6 +15,9 @@ Rules the methods keep (docs/protocol.md explains them):
 * the target assignment is recomputed only when the group epoch is ahead of it, and right away, so
   that the members it affects can be nudged at once;
 * each member then moves toward its target on its own heartbeats (`reconcile`): no barrier;
+* a dynamic member whose connection broke is fenced at the end of the failover grace unless it
+  heartbeats or reconnects first; a static member waits its session timeout
+  (`regroup.protocol.failover`);
 * a static member stepping out (-2) keeps its assigned shards reserved for its return (until its
   session times out) but releases at once the shards it was revoking — it committed them before
   leaving — and the members waiting for them are nudged; a leave (-1 or -2) that names an instance id
@@ -55,6 +58,7 @@ from regroup.protocol.causes import (
 from regroup.protocol.config import CoordinatorConfig
 from regroup.protocol.describe import GroupDescription, describe
 from regroup.protocol.errors import ErrorCode, ProtocolError
+from regroup.protocol.failover import grace_deadline, member_grace
 from regroup.protocol.fencing import (
     check_epoch,
     check_instance,
@@ -341,7 +345,8 @@ class ConsumerGroups:
         return ch.outcome(HeartbeatResponse(
             ErrorCode.NONE, "", mid, nxt.epoch, self.config.heartbeat_interval_ms,
             nxt.assigned if send else None, should_compute_assignment=delegate == mid,
-            session_timeout_ms=self.config.session_timeout_ms))
+            session_timeout_ms=self.config.session_timeout_ms,
+            failover_grace_ms=member_grace(self.config.failover_grace_ms, new_meta.instance_id)))
 
     def _take_over(self, ch: _Changes, group: Group, old: str, new: str, meta: MemberMetadata) -> None:
         """A static member rejoins under a new member id: it inherits everything, nothing moves."""
@@ -520,6 +525,25 @@ class ConsumerGroups:
         """When `expire` has work next (ms), or None."""
         return self.timers.next_deadline()
 
+    def connection_lost(self, group_id: str, member_id: str, now: int) -> Outcome[None]:
+        """The member's last stream to the coordinator broke: a dynamic member's session ends at the
+        end of the grace unless it heartbeats or reconnects first (`regroup.protocol.failover`)."""
+        group = self.groups.get(group_id)
+        meta = group.members.get(member_id) if group is not None else None
+        if group is not None and meta is not None:
+            deadline = grace_deadline(self.config.failover_grace_ms, meta.instance_id,
+                                      self.timers.session_deadline(group_id, member_id), now)
+            if deadline is not None:
+                epoch = group.current[member_id].epoch
+                self.timers.arm(TimerKind.GRACE, group_id, member_id, deadline, epoch)
+        return Outcome(None)
+
+    def connection_restored(self, group_id: str, member_id: str, now: int) -> Outcome[None]:
+        """The member opened a stream again: back to the deadline its last heartbeat set (failover
+        rule 3)."""
+        self.timers.disarm(TimerKind.GRACE, group_id, member_id)
+        return Outcome(None)
+
     def expire(self, now: int) -> Outcome[None]:
         """Fence members whose session or revocation timed out; finish overdue delegations."""
         ch = _Changes(self.groups)
@@ -546,6 +570,8 @@ class ConsumerGroups:
             if not (revoking and cur.epoch == due.epoch):
                 return
             reason = FenceReason.REVOCATION_TIMEOUT
+        elif due.kind is TimerKind.GRACE:  # armed only while no heartbeat came after the loss
+            reason = FenceReason.CONNECTION_LOST
         else:
             reason = FenceReason.SESSION_TIMEOUT
         ch.fences.append(Fence(group.group_id, due.member_id, reason,

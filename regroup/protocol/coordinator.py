@@ -19,7 +19,8 @@ rules between them:
    the group over: its offsets move to the new streams group, in the same step, as records; a consumer
    group with members is never taken over.
 3. Offset commits, fetches, resets and deletions, describe and delete go to whichever kind the group
-   is; timers, topic changes, snapshots and recovery cover both kinds, consumer groups first.
+   is; timers, topic changes, snapshots and recovery cover both kinds, consumer groups first; so do
+   a member's broken and restored connections (`regroup.protocol.failover`).
 """
 
 from __future__ import annotations
@@ -166,6 +167,22 @@ class Coordinator:
 
     def expire(self, now: int) -> Outcome[None]:
         return merged(None, self.consumer.expire(now), self.streams.expire(now))
+
+    def connection_lost(self, group_id: str, member_id: str, now: int) -> Outcome[None]:
+        """The shell saw the member's last stream to the coordinator end without ending it itself (the
+        process died, or the network dropped it): a dynamic member is fenced at the end of the
+        failover grace unless it heartbeats or reconnects first; nothing else changes
+        (`regroup.protocol.failover`). Unknown members are ignored: a stream may be opened before a
+        join and outlive a leave."""
+        if group_id in self.streams.groups:
+            return self.streams.connection_lost(group_id, member_id, now)
+        return self.consumer.connection_lost(group_id, member_id, now)
+
+    def connection_restored(self, group_id: str, member_id: str, now: int) -> Outcome[None]:
+        """The member opened a stream again: a grace its broken one started is forgotten."""
+        if group_id in self.streams.groups:
+            return self.streams.connection_restored(group_id, member_id, now)
+        return self.consumer.connection_restored(group_id, member_id, now)
 
     def update_topics(self, topics: TopicMetadata, now: int) -> Outcome[None]:
         return merged(None, self.consumer.update_topics(topics, now), self.streams.update_topics(topics, now))

@@ -50,6 +50,9 @@ class HeartbeatResponse:
     should_compute_assignment: bool = False
     #: The server-decided session timeout: silent this long, the member is fenced (0 = not said).
     session_timeout_ms: int = 0
+    #: How long after its connection broke this member may be fenced (`regroup.protocol.failover`;
+    #: 0 = never early: a static member, the rule off, or not said).
+    failover_grace_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)

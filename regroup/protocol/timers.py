@@ -3,7 +3,8 @@
 Session deadlines all use one timeout, so the latest heartbeat always has the latest deadline: an
 insertion-ordered dict whose first entry is the earliest makes every operation O(1) — a steady
 heartbeat costs a dict move, not a heap push. Revocation and delegation deadlines vary per member,
-are rare, and live in a heap with lazy deletion.
+are rare, and live in a heap with lazy deletion. So does a grace (`regroup.protocol.failover`): an
+earlier deadline beside a member's session one, which every heartbeat (`touch_session`) forgets.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ class TimerKind(Enum):
     SESSION = "session"
     REVOCATION = "revocation"
     DELEGATION = "delegation"
+    #: A dynamic member's connection broke: fenced at the end of the grace (`regroup.protocol.failover`).
+    GRACE = "grace"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +45,10 @@ class Timers:
         key = (group_id, member_id)
         self._session.pop(key, None)
         self._session[key] = deadline
+        # A heartbeat re-arms the normal session: a grace armed by a broken connection is forgotten
+        # (failover rule 3). The heap entry goes lazily, as a disarmed one does.
+        if self._armed:
+            self._armed.pop((TimerKind.GRACE, group_id, member_id), None)
 
     def session_deadline(self, group_id: str, member_id: str) -> int | None:
         return self._session.get((group_id, member_id))
@@ -60,6 +67,7 @@ class Timers:
     def forget_member(self, group_id: str, member_id: str) -> None:
         self._session.pop((group_id, member_id), None)
         self._armed.pop((TimerKind.REVOCATION, group_id, member_id), None)
+        self._armed.pop((TimerKind.GRACE, group_id, member_id), None)
 
     # -- firing ----------------------------------------------------------------------------------
     def next_deadline(self) -> int | None:

@@ -81,6 +81,9 @@ class NudgeStream(Iterator[Nudge]):
         self._call = call
         self._address = address
         self._cancelled = False
+        #: The coordinator ended the stream itself (status OK: it does so when it shuts down), as
+        #: opposed to a stream that broke or that we cancelled.
+        self.ended_by_coordinator = False
 
     def __iter__(self) -> NudgeStream:
         return self
@@ -98,6 +101,7 @@ class NudgeStream(Iterator[Nudge]):
             msg: pb.Nudge = next(self._call)
             return msg
         except StopIteration:
+            self.ended_by_coordinator = not self._cancelled
             raise
         except grpc.RpcError as e:
             if self._cancelled or e.code() == grpc.StatusCode.CANCELLED:

@@ -163,7 +163,7 @@ class HeartbeatRequest(_message.Message):
     def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., instance_id: _Optional[str] = ..., rack_id: _Optional[str] = ..., rebalance_timeout_ms: _Optional[int] = ..., subscribed_topics: _Optional[_Union[StringList, _Mapping]] = ..., subscribed_regex: _Optional[str] = ..., assignor: _Optional[str] = ..., client_assignors: _Optional[_Union[StringList, _Mapping]] = ..., owned: _Optional[_Union[ShardSet, _Mapping]] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
-    __slots__ = ("error", "message", "member_id", "member_epoch", "heartbeat_interval_ms", "assignment", "should_compute_assignment", "session_timeout_ms")
+    __slots__ = ("error", "message", "member_id", "member_epoch", "heartbeat_interval_ms", "assignment", "should_compute_assignment", "session_timeout_ms", "failover_grace_ms")
     ERROR_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -172,6 +172,7 @@ class HeartbeatResponse(_message.Message):
     ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
     SHOULD_COMPUTE_ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
     SESSION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    FAILOVER_GRACE_MS_FIELD_NUMBER: _ClassVar[int]
     error: ErrorCode
     message: str
     member_id: str
@@ -180,7 +181,8 @@ class HeartbeatResponse(_message.Message):
     assignment: ShardSet
     should_compute_assignment: bool
     session_timeout_ms: int
-    def __init__(self, error: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., assignment: _Optional[_Union[ShardSet, _Mapping]] = ..., should_compute_assignment: _Optional[bool] = ..., session_timeout_ms: _Optional[int] = ...) -> None: ...
+    failover_grace_ms: int
+    def __init__(self, error: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., assignment: _Optional[_Union[ShardSet, _Mapping]] = ..., should_compute_assignment: _Optional[bool] = ..., session_timeout_ms: _Optional[int] = ..., failover_grace_ms: _Optional[int] = ...) -> None: ...
 
 class WatchRequest(_message.Message):
     __slots__ = ("group_id", "member_id")
@@ -606,7 +608,7 @@ class StreamsHeartbeatRequest(_message.Message):
     def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., instance_id: _Optional[str] = ..., process_id: _Optional[str] = ..., rebalance_timeout_ms: _Optional[int] = ..., topology: _Optional[_Union[Topology, _Mapping]] = ..., owned: _Optional[_Union[MemberTasks, _Mapping]] = ..., task_offsets: _Optional[_Union[TaskOffsets, _Mapping]] = ...) -> None: ...
 
 class StreamsHeartbeatResponse(_message.Message):
-    __slots__ = ("error", "message", "member_id", "member_epoch", "heartbeat_interval_ms", "assignment", "status", "session_timeout_ms")
+    __slots__ = ("error", "message", "member_id", "member_epoch", "heartbeat_interval_ms", "assignment", "status", "session_timeout_ms", "failover_grace_ms")
     ERROR_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -615,6 +617,7 @@ class StreamsHeartbeatResponse(_message.Message):
     ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     SESSION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    FAILOVER_GRACE_MS_FIELD_NUMBER: _ClassVar[int]
     error: ErrorCode
     message: str
     member_id: str
@@ -623,7 +626,8 @@ class StreamsHeartbeatResponse(_message.Message):
     assignment: MemberTasks
     status: StreamsGroupStatus
     session_timeout_ms: int
-    def __init__(self, error: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., assignment: _Optional[_Union[MemberTasks, _Mapping]] = ..., status: _Optional[_Union[StreamsGroupStatus, _Mapping]] = ..., session_timeout_ms: _Optional[int] = ...) -> None: ...
+    failover_grace_ms: int
+    def __init__(self, error: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., assignment: _Optional[_Union[MemberTasks, _Mapping]] = ..., status: _Optional[_Union[StreamsGroupStatus, _Mapping]] = ..., session_timeout_ms: _Optional[int] = ..., failover_grace_ms: _Optional[int] = ...) -> None: ...
 
 class TaskLag(_message.Message):
     __slots__ = ("subtopology", "partition", "lag")

@@ -245,7 +245,7 @@ def streams_heartbeat_response_to_pb(resp: StreamsHeartbeatResponse) -> pb.Strea
     msg = pb.StreamsHeartbeatResponse(
         error=error_to_pb(resp.error), message=resp.message, member_id=resp.member_id,
         member_epoch=resp.member_epoch, heartbeat_interval_ms=resp.heartbeat_interval_ms,
-        session_timeout_ms=resp.session_timeout_ms)
+        session_timeout_ms=resp.session_timeout_ms, failover_grace_ms=resp.failover_grace_ms)
     if resp.assignment is not None:
         member_tasks_to_pb(resp.assignment, msg.assignment)
     _status_to_pb(resp.status, msg.status)
@@ -256,7 +256,7 @@ def streams_heartbeat_response_from_pb(msg: pb.StreamsHeartbeatResponse) -> Stre
     return StreamsHeartbeatResponse(
         error=error_from_pb(msg.error), message=msg.message, member_id=msg.member_id,
         member_epoch=msg.member_epoch, heartbeat_interval_ms=msg.heartbeat_interval_ms,
-        session_timeout_ms=msg.session_timeout_ms,
+        session_timeout_ms=msg.session_timeout_ms, failover_grace_ms=msg.failover_grace_ms,
         assignment=member_tasks_from_pb(msg.assignment, "assignment") if msg.HasField("assignment") else None,
         status=_status_from(msg))
 

@@ -228,7 +228,7 @@ def heartbeat_response_to_pb(resp: HeartbeatResponse) -> pb.HeartbeatResponse:
         error=error_to_pb(resp.error), message=resp.message, member_id=resp.member_id,
         member_epoch=resp.member_epoch, heartbeat_interval_ms=resp.heartbeat_interval_ms,
         should_compute_assignment=resp.should_compute_assignment,
-        session_timeout_ms=resp.session_timeout_ms)
+        session_timeout_ms=resp.session_timeout_ms, failover_grace_ms=resp.failover_grace_ms)
     if resp.assignment is not None:
         shards_to_pb(resp.assignment, msg.assignment)
     return msg
@@ -240,7 +240,7 @@ def heartbeat_response_from_pb(msg: pb.HeartbeatResponse) -> HeartbeatResponse:
         member_epoch=msg.member_epoch, heartbeat_interval_ms=msg.heartbeat_interval_ms,
         assignment=shards_from_pb(msg.assignment) if msg.HasField("assignment") else None,
         should_compute_assignment=msg.should_compute_assignment,
-        session_timeout_ms=msg.session_timeout_ms)
+        session_timeout_ms=msg.session_timeout_ms, failover_grace_ms=msg.failover_grace_ms)
 
 
 # ---------------------------------------------------------------------------------------- offsets

@@ -23,6 +23,9 @@ Rules of this module (the shell: it carries out what `regroup.protocol.streams.m
 5. Every local copy, also dormant ones left on disk by earlier runs, is reported with the source
    offsets its state reached; that is how the coordinator knows where state already is. The process
    id is kept in the state directory: a restart with the same directory is the same process.
+6. While the member is cut off from the coordinator (its connection broke and no heartbeat was
+   answered for the failover grace, `regroup.protocol.failover` rule 7), its actives process nothing:
+   the coordinator may have handed them on. Copies keep restoring.
 
 Guarantees: the state of a task is exactly the state after the records up to its committed offsets
 (exactly once), across clean hand-offs and crashes; outputs (`TaskContext.send`) are at least once —
@@ -157,7 +160,9 @@ class StreamsApp:
         try:
             while not stop.is_set() and not self._stop.is_set():
                 self._handle(self.membership.take_actions())
-                busy = self._process_actives()
+                # Cut off from the coordinator (failover rule 7): another member may run our actives
+                # now; their state stays as it is until the coordinator answers (or says they are lost).
+                busy = not self.membership.cut_off() and self._process_actives()
                 busy = self._restore_copies() or busy
                 self._report()
                 if not busy:

@@ -33,6 +33,7 @@ class FakeMembership(Membership):
         self.acks: list[tuple[str, ShardSet]] = []
         self.failing_fetches = 0
         self.refuse_commits = False
+        self.cut = False  # cut off from the coordinator (regroup.protocol.failover rule 7)
 
     @property
     def epoch(self) -> int:
@@ -59,6 +60,13 @@ class FakeMembership(Membership):
 
     def assignment_done(self, shards: ShardSet) -> None:
         self.acks.append(("assigned", shards))
+
+    def cut_off(self) -> bool:
+        return self.cut
+
+    @property
+    def failover_grace_ms(self) -> int:
+        return 2_000
 
     def close(self) -> None:
         pass
@@ -167,3 +175,20 @@ def test_a_loss_drops_everything_without_committing_and_fatal_is_raised(
     m.actions = [Fatal(ErrorCode.FENCED_INSTANCE_ID, "another process took instance i1")]
     with pytest.raises(FatalConsumerError, match="instance i1"):
         c.consume(1, timeout=0.1)
+
+
+def test_a_member_cut_off_from_the_coordinator_hands_out_nothing_but_still_gives_partitions_up(
+        log: PartitionedLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    events: list[tuple[str, set[Any]]] = []
+    c, m = make(log, monkeypatch, events)
+    m.committed = {A: 0, B: 0}
+    m.actions = [Assign(frozenset({A, B}))]
+    assert [(r.partition, r.offset) for r in c.consume(2, timeout=0.5)] == [(0, 0), (0, 1)]
+    m.cut = True  # its connection broke and no heartbeat was answered for the grace
+    assert c.consume(10, timeout=0.1) == [] and c.paused
+    m.actions = [Revoke(frozenset({A}))]  # what the member must do is still done (a commit may fail)
+    assert c.consume(10, timeout=0.1) == [] and m.acks[-1] == ("revoked", frozenset({A}))
+    m.cut = False  # a heartbeat was answered: the coordinator still has it as a member
+    after = c.consume(10, timeout=0.5)
+    assert not c.paused and after and {r.partition for r in after} == {1}
+    assert after[0].offset == 0, "records read before the pause are handed out after it, none skipped"

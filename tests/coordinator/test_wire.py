@@ -60,7 +60,7 @@ def test_absent_and_empty_are_different() -> None:
 
 
 @given(st.builds(HeartbeatResponse, st.sampled_from(list(ErrorCode)), text, text, int32, int32,
-                 st.none() | shard_sets, st.booleans(), int32))
+                 st.none() | shard_sets, st.booleans(), int32, int32))
 def test_heartbeat_response_round_trip(resp: HeartbeatResponse) -> None:
     assert wire.heartbeat_response_from_pb(through_bytes(wire.heartbeat_response_to_pb(resp))) == resp
 

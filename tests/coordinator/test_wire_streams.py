@@ -54,7 +54,7 @@ requests = st.builds(
     StreamsHeartbeatRequest, ids, ids, int32, opt, opt, st.none() | st.integers(0, 2**31 - 1),
     st.none() | topologies(), st.none() | member_tasks, st.none() | task_offsets)
 responses = st.builds(StreamsHeartbeatResponse, st.sampled_from(list(ErrorCode)), text, text, int32, int32,
-                      st.none() | member_tasks, statuses)
+                      st.none() | member_tasks, statuses, int32, int32)
 
 
 @settings(max_examples=150)

@@ -21,6 +21,9 @@ Rules the methods keep:
    new epoch, then what is free. No barrier.
 4. A heartbeat that fails a check changes nothing, not even the soft lag state: a zombie's report
    is fenced by its epoch like everything else.
+5. A dynamic member whose connection broke is fenced at the end of the failover grace unless it
+   heartbeats or reconnects first; a static member waits its session timeout
+   (`regroup.protocol.failover`, the same rule as consumer groups').
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from regroup.protocol.causes import (
 )
 from regroup.protocol.config import CoordinatorConfig
 from regroup.protocol.errors import ErrorCode, ProtocolError
+from regroup.protocol.failover import grace_deadline, member_grace
 from regroup.protocol.messages import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
@@ -340,7 +344,8 @@ class StreamsGroups:
             req.owned is not None and req.owned != nxt.assigned)
         return ch.outcome(StreamsHeartbeatResponse(
             ErrorCode.NONE, "", mid, nxt.epoch, self.limits.heartbeat_interval_ms,
-            nxt.assigned if send else None, group_status(group), self.limits.session_timeout_ms))
+            nxt.assigned if send else None, group_status(group), self.limits.session_timeout_ms,
+            member_grace(self.limits.failover_grace_ms, new_meta.instance_id)))
 
     def _merged(self, base: StreamsMember | None, req: StreamsHeartbeatRequest) -> StreamsMember:
         timeout = req.rebalance_timeout_ms if req.rebalance_timeout_ms is not None else (
@@ -487,6 +492,24 @@ class StreamsGroups:
     def next_deadline(self) -> int | None:
         return self.timers.next_deadline()
 
+    def connection_lost(self, group_id: str, member_id: str, now: int) -> Outcome[None]:
+        """A dynamic member's broken connection ends its session at the end of the grace, unless it
+        heartbeats or reconnects first (`regroup.protocol.failover`, the consumer groups' rule)."""
+        group = self.groups.get(group_id)
+        meta = group.members.get(member_id) if group is not None else None
+        if group is not None and meta is not None:
+            deadline = grace_deadline(self.limits.failover_grace_ms, meta.instance_id,
+                                      self.timers.session_deadline(group_id, member_id), now)
+            if deadline is not None:
+                epoch = group.current[member_id].epoch
+                self.timers.arm(TimerKind.GRACE, group_id, member_id, deadline, epoch)
+        return Outcome(None)
+
+    def connection_restored(self, group_id: str, member_id: str, now: int) -> Outcome[None]:
+        """The member opened a stream again: back to its session deadline (failover rule 3)."""
+        self.timers.disarm(TimerKind.GRACE, group_id, member_id)
+        return Outcome(None)
+
     def expire(self, now: int) -> Outcome[None]:
         """Fence members whose session or revocation timed out."""
         ch = _Changes(self.groups)
@@ -505,6 +528,8 @@ class StreamsGroups:
             reason = FenceReason.REVOCATION_TIMEOUT
         elif due.kind is TimerKind.SESSION:
             reason = FenceReason.SESSION_TIMEOUT
+        elif due.kind is TimerKind.GRACE:  # armed only while no heartbeat came after the loss
+            reason = FenceReason.CONNECTION_LOST
         else:
             return
         ch.fences.append(Fence(group.group_id, due.member_id, reason))

@@ -77,3 +77,6 @@ class StreamsHeartbeatResponse:
     status: GroupStatus = READY
     #: The coordinator's session timeout (0: not said), which the member's own check must follow.
     session_timeout_ms: int = 0
+    #: How long after its connection broke this member may be fenced (`regroup.protocol.failover`;
+    #: 0 = never early).
+    failover_grace_ms: int = 0
