@@ -222,6 +222,37 @@ def bench_failover(
     run_failover_bench(settings, json_output=json_output)
 
 
+chaos_app = typer.Typer(help="Chaos testing of a real coordinator process.", no_args_is_help=True)
+app.add_typer(chaos_app, name="chaos")
+
+
+@chaos_app.command("fuzz")
+def chaos_fuzz(
+    requests: int = typer.Option(2_000, "--requests", min=1, help="Requests to send."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the generator (the same seed, the same choices; "
+                                               "plausible requests also follow the answers)."),
+    address: str | None = typer.Option(None, "--address", help="HOST:PORT of a running coordinator (default: "
+                                                              "start one in a temporary data dir)."),
+    deadline: float = typer.Option(10.0, "--deadline", min=0.1, help="Seconds a request may take (a hang)."),
+    keep: bool = typer.Option(False, "--keep", help="Keep the started coordinator's data dir and log."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of text."),
+) -> None:
+    """Fuzz every gRPC method (structured, plausible, inconsistent and raw requests) with a well-behaved
+    member alongside, then check the store replays; exit status 1 on any finding."""
+    import sys
+
+    from regroup.chaos.fuzz import dumps, print_report, run_fuzz, total_findings
+
+    report = run_fuzz(requests, seed, address=address, deadline_s=deadline, keep=keep,
+                      progress=None if json_output else lambda line: print(line, file=sys.stderr))
+    if json_output:
+        print(dumps(report))
+    else:
+        print_report(report)
+    if total_findings(report):
+        raise typer.Exit(1)
+
+
 def main() -> None:
     app()
 

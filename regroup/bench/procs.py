@@ -34,6 +34,14 @@ def start_coordinator_with_dashboard(data_dir: Path, *args: str, timeout: float 
     return proc, listening.group(1), dashboard.group(1)
 
 
+def start_coordinator_process(data_dir: Path, *args: str, timeout: float = 30,
+                              ) -> tuple[subprocess.Popen[str], str]:
+    """A coordinator process on a free port (unless ``args`` give ``--listen``) and its start-up line
+    (``regroup coordinator listening on ...``: address, metrics port, dashboard) once it listens.
+    Its stderr goes to ``DATA_DIR.log`` beside the data dir."""
+    return _start_coordinator(data_dir, args, timeout)
+
+
 def _start_coordinator(data_dir: Path, args: tuple[str, ...], timeout: float,
                        ) -> tuple[subprocess.Popen[str], str]:
     """Start the process and return it with its start-up line once it listens."""

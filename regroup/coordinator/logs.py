@@ -56,9 +56,11 @@ class LogLevel(StrEnum):
     ERROR = "error"
 
 
-# C0 and C1 control characters and DEL, shown as \xNN: a newline in an id cannot start a forged line,
-# an escape sequence cannot reach the terminal.
-_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
+# C0 and C1 control characters and DEL, shown as \xNN, and the Unicode line and paragraph
+# separators (which str.splitlines() and many log viewers break lines at), shown as \uNNNN: a newline
+# in an id cannot start a forged line, an escape sequence cannot reach the terminal.
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))} | \
+    {c: f"\\u{c:04x}" for c in (0x2028, 0x2029)}
 
 
 def escape_controls(text: str) -> str:

@@ -96,14 +96,20 @@ class SqliteLog:
         row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
         return int(row[0]) if row else 0
 
-    def load(self) -> Loaded:
+    def load(self, upto_seq: int | None = None) -> Loaded:
+        """Everything recovery reads. ``upto_seq``: only the records up to that sequence number (the
+        state as it was then; StoreError if a snapshot already covers more than that)."""
         t0 = time.perf_counter()
         snapshot_seq = self._meta_int("snapshot_seq")
+        if upto_seq is not None and upto_seq < snapshot_seq:
+            raise StoreError(f"{self.path}: the snapshot covers records up to {snapshot_seq}; the state as "
+                             f"of record {upto_seq} is gone")
         records = [codec.decode(d) for (d,) in self._db.execute("SELECT data FROM snapshot ORDER BY pos")]
         n_snapshot = len(records)
         last_seq = snapshot_seq
-        for seq, data in self._db.execute("SELECT seq, data FROM records WHERE seq > ? ORDER BY seq",
-                                          (snapshot_seq,)):
+        last = 2**63 - 1 if upto_seq is None else upto_seq
+        tail = "SELECT seq, data FROM records WHERE seq > ? AND seq <= ? ORDER BY seq"
+        for seq, data in self._db.execute(tail, (snapshot_seq, last)):
             records.append(codec.decode(data))
             last_seq = seq
         rows = self._db.execute("SELECT group_id, at_unix_ms, kind, epoch, cause FROM history ORDER BY id")

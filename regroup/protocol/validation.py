@@ -59,6 +59,32 @@ def check_shards(field: str, shards: Iterable[object], cfg: CoordinatorConfig, l
             raise invalid(f"{field} has a negative partition: {s}")
 
 
+def check_name(field: str, value: object, limit: int, what: str) -> None:
+    """``value``, a name a request carries in ``field`` (a subtopology id, a topic), is a non-blank
+    string of at most ``limit`` characters; the message never repeats an oversized value."""
+    if not isinstance(value, str) or not value.strip():
+        raise invalid(f"{field} has a blank {what} {value!r}; give it a name")
+    check_length(field, value, limit, what)
+
+
+def check_length(field: str, value: str, limit: int, what: str) -> None:
+    """``value`` has at most ``limit`` characters (the message does not repeat it)."""
+    if len(value) > limit:
+        raise invalid(f"{field} has a {what} of {len(value)} characters; the limit is {limit}")
+
+
+def check_named_numbers(field: str, listing: Iterable[tuple[str, Iterable[int]]], limit: int, what: str,
+                        unit: str) -> None:
+    """Every name of a ``(name, numbers)`` listing (a streams member's tasks by subtopology) is a
+    valid name of at most ``limit`` characters and no number is negative — what `check_shards` checks
+    of a consumer's shards, here on the listing as sent, before anything is built."""
+    for name, numbers in listing:
+        check_name(field, name, limit, what)
+        low = min(numbers, default=0)
+        if low < 0:
+            raise invalid(f"{field} has a negative {unit}: {unit} {low} of {what} {name!r}")
+
+
 def shards_from_listing(field: str, listing: Iterable[tuple[str, Collection[int]]], limit: int) -> ShardSet:
     """The shards a request lists as ``(topic, partitions)`` groups (the wire's form), as a set.
 

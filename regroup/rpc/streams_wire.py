@@ -18,19 +18,27 @@
    partition twice within one task, a source topic listed twice in a subtopology, a topology
    that `Topology` itself refuses (no subtopology, a blank or repeated id, a topic feeding two
    subtopologies: a value that cannot exist), a lag given twice for one task, an enum value this
-   version does not know. Everything else (ids, epochs, negative partitions or offsets, a task in
-   two roles, whether the topology fits the topics) is the protocol core's validation, with the
-   core's messages.
+   version does not know. A request's names and numbers are held to the coordinator's documented
+   limits here too, on the listing as sent (`regroup.protocol.validation.check_named_numbers`): a
+   subtopology id over 255 characters or a blank one in owned tasks and task offsets, a source topic
+   over 249, more than 10,000 source topics, a negative partition in owned tasks or task offsets
+   (the core's streams validation checks none of them; `regroup chaos fuzz` found them accepted
+   and stored), and more task copies or offsets in ``task_offsets`` than ``max_owned_shards``
+   (counted before anything is built). Everything else (member ids, epochs, negative offsets, a
+   task in two roles, whether the topology fits the topics) is the protocol core's validation, with
+   the core's messages.
 5. A `StreamsGroupStatus` left out means ready, the core's default.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
+from regroup.protocol.config import CoordinatorConfig
 from regroup.protocol.errors import ProtocolError
 from regroup.protocol.shard import Shard
 from regroup.protocol.streams.assignment import MemberTasks
@@ -49,6 +57,7 @@ from regroup.protocol.streams.messages import (
 )
 from regroup.protocol.streams.state import StreamsGroupState
 from regroup.protocol.streams.topology import Subtopology, TaskId, Topology
+from regroup.protocol.validation import check_length, check_named_numbers
 from regroup.rpc import regroup_pb2 as pb
 from regroup.rpc.errors import WireError
 from regroup.rpc.wire import (
@@ -96,6 +105,19 @@ def streams_state_from_pb(value: int) -> StreamsGroupState:
     return state
 
 
+#: The limits on names and numbers a request's tasks, topology and task offsets are held to (the
+#: coordinator's own: `ServerConfig` never changes them).
+_LIMITS = CoordinatorConfig()
+
+
+def _check(rule: Callable[..., None], *args: Any) -> None:
+    """A check of `regroup.protocol.validation` on the wire: its refusal as a `WireError`."""
+    try:
+        rule(*args)
+    except ProtocolError as e:
+        raise WireError(e.message) from e
+
+
 # ---------------------------------------------------------------------------------------- tasks
 
 
@@ -135,6 +157,9 @@ def member_tasks_from_pb(msg: pb.MemberTasks, where: str = "tasks", limit: int |
         listed = sum(len(e.partitions) for role in roles for e in role)
         if listed > limit:  # the core's words (`streams.fencing.validate`), before building anything
             raise WireError(f"{where} lists {listed} tasks in all roles; the limit is {limit}")
+        for name, role in zip(("active", "standby", "warmup"), roles, strict=True):  # a request: rule 4
+            _check(check_named_numbers, f"{where}.{name}", ((e.subtopology, e.partitions) for e in role),
+                   _LIMITS.max_id_length, "subtopology", "partition")
     return MemberTasks(_tasks_from_pb(msg.active, f"{where}.active", limit),
                        _tasks_from_pb(msg.standby, f"{where}.standby", limit),
                        _tasks_from_pb(msg.warmup, f"{where}.warmup", limit))
@@ -151,10 +176,21 @@ def topology_to_pb(topology: Topology, out: pb.Topology | None = None) -> pb.Top
     return msg
 
 
-def topology_from_pb(msg: pb.Topology, where: str = "topology") -> Topology:
+def topology_from_pb(msg: pb.Topology, where: str = "topology", request: bool = False) -> Topology:
+    """``request``: a member's topology, also held to the limits on names and topics (rule 4)."""
+    if request:
+        count = sum(len(s.source_topics) for s in msg.subtopologies)
+        if count > _LIMITS.max_subscribed_topics:
+            raise WireError(f"{where} reads {count} source topics; the limit is "
+                            f"{_LIMITS.max_subscribed_topics}")
     subs = []
     for s in msg.subtopologies:
         topics = list(s.source_topics)
+        if request:  # blank names are `Topology`'s to refuse
+            _check(check_length, where, s.subtopology_id, _LIMITS.max_id_length, "subtopology id")
+            for t in topics:
+                _check(check_length, f"{where}: subtopology {s.subtopology_id!r}", t,
+                       _LIMITS.max_topic_name_length, "source topic")
         twice = sorted({t for t in topics if topics.count(t) > 1})
         if twice:
             raise WireError(f"{where}: subtopology {s.subtopology_id!r} lists source topic "
@@ -179,9 +215,20 @@ def task_offsets_to_pb(offsets: TaskOffsets, out: pb.TaskOffsets | None = None) 
     return msg
 
 
-def task_offsets_from_pb(msg: pb.TaskOffsets, where: str = "task_offsets") -> dict[TaskId, dict[Shard, int]]:
+def task_offsets_from_pb(msg: pb.TaskOffsets, where: str = "task_offsets", limit: int = DEFAULT_MAX_OWNED,
+                         ) -> dict[TaskId, dict[Shard, int]]:
+    """``limit`` bounds the task copies and the offsets listed in all, counted before anything is built."""
+    copies, offsets = len(msg.tasks), sum(len(t.partitions) for p in msg.tasks for t in p.topics)
+    if max(copies, offsets) > limit:
+        raise WireError(f"{where} lists {copies} task copies and {offsets} offsets; the limit is {limit}")
     out: dict[TaskId, dict[Shard, int]] = {}
-    for position in msg.tasks:
+    for position in msg.tasks:  # names and numbers first (rule 4); offsets are the core's
+        _check(check_named_numbers, where, [(position.subtopology, [position.partition])],
+               _LIMITS.max_id_length, "subtopology", "partition")
+        for t in position.topics:
+            _check(check_named_numbers, f"{where} of task {position.subtopology}_{position.partition}",
+                   [(t.topic, [po.partition for po in t.partitions])], _LIMITS.max_topic_name_length,
+                   "topic", "partition")
         task = TaskId(position.subtopology, position.partition)
         if task in out:
             raise WireError(f"{where} lists task {task} twice; give each task copy one entry")
@@ -223,9 +270,10 @@ def streams_heartbeat_request_from_pb(msg: pb.StreamsHeartbeatRequest, max_owned
         instance_id=_opt(msg, "instance_id"),
         process_id=_opt(msg, "process_id"),
         rebalance_timeout_ms=msg.rebalance_timeout_ms if msg.HasField("rebalance_timeout_ms") else None,
-        topology=topology_from_pb(msg.topology) if msg.HasField("topology") else None,
+        topology=topology_from_pb(msg.topology, request=True) if msg.HasField("topology") else None,
         owned=member_tasks_from_pb(msg.owned, "owned", max_owned) if msg.HasField("owned") else None,
-        task_offsets=task_offsets_from_pb(msg.task_offsets) if msg.HasField("task_offsets") else None,
+        task_offsets=(task_offsets_from_pb(msg.task_offsets, limit=max_owned) if msg.HasField("task_offsets")
+                      else None),
     )
 
 

@@ -8,15 +8,18 @@ Decoding checks only what the protobuf types cannot say and the core's values ca
 value this version does not know, a partition given two offsets, a member listed twice, a partition
 count below 1): it raises `WireError`, which the server answers with INVALID_REQUEST. A heartbeat's
 owned shards are decoded as listed, by the core's `shards_from_listing` (`owned_from_pb`): a partition
-listed twice, or more than ``max_owned`` partitions, is refused before a single `Shard` is built. Other
-shard lists (answers, assignments, the shards of an offset fetch or deletion) become sets as they come
-(`shards_from_pb`), a repeat folded in. Everything else (id lengths, epochs, negative partitions or
-offsets, counts) is the protocol core's validation, with the core's messages.
+listed twice, or more than ``max_owned`` partitions, is refused before a single `Shard` is built. The
+other lists a request carries — the shards of an offset fetch or deletion, a commit's or reset's
+offsets, a delegate's assignment — are counted the same way first (more than the coordinator's
+``max_owned_shards`` in all: refused in the core's words, before anything is built; `regroup chaos
+fuzz` found millions of them built first, the event loop held for tens of seconds), then become sets,
+a repeat folded in (answers as they come, `shards_from_pb`). Everything else (id lengths, epochs,
+negative partitions or offsets) is the protocol core's validation, with the core's messages.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from google.protobuf.message import Message
 
@@ -146,8 +149,20 @@ def owned_from_pb(msg: pb.ShardSet, max_owned: int = DEFAULT_MAX_OWNED) -> Shard
         raise WireError(e.message) from e
 
 
-def _shard_list_from_pb(msg: pb.ShardSet) -> tuple[Shard, ...]:
-    return tuple(sorted(shards_from_pb(msg)))
+def _shard_list_from_pb(msg: pb.ShardSet, field: str = "shards", limit: int = DEFAULT_MAX_OWNED,
+                        ) -> tuple[Shard, ...]:
+    """A request's shard list (an offset fetch or deletion) as sorted shards, a repeat folded in. More
+    than ``limit`` partitions listed in all is refused (`WireError`, the core's words) before a single
+    shard is built, and the rest is sorted as integers, topic by topic, never as shards: a 16 MiB list
+    of millions of partitions used to hold the event loop (and every other group) for tens of seconds
+    before the core's limit refused it (found by `regroup chaos fuzz`)."""
+    listed = sum(len(tp.partitions) for tp in msg.topics)
+    if listed > limit:
+        raise WireError(f"{field} lists {listed} shards; the limit is {limit}")
+    by_topic: dict[str, set[int]] = {}
+    for tp in msg.topics:
+        by_topic.setdefault(tp.topic, set()).update(tp.partitions)
+    return tuple(Shard(t, p) for t in sorted(by_topic) for p in sorted(by_topic[t]))
 
 
 def _offsets_to_pb(offsets: Mapping[Shard, int]) -> list[pb.TopicOffsets]:
@@ -159,7 +174,11 @@ def _offsets_to_pb(offsets: Mapping[Shard, int]) -> list[pb.TopicOffsets]:
             for t in sorted(by_topic)]
 
 
-def _offsets_from_pb(topics: Iterable[pb.TopicOffsets]) -> dict[Shard, int]:
+def _offsets_from_pb(topics: Collection[pb.TopicOffsets], limit: int = DEFAULT_MAX_OWNED) -> dict[Shard, int]:
+    """Offsets by shard; more than ``limit`` of them is refused before any is built (as shard lists)."""
+    listed = sum(len(t.partitions) for t in topics)
+    if listed > limit:
+        raise WireError(f"offsets lists {listed} shards; the limit is {limit}")
     out: dict[Shard, int] = {}
     for t in topics:
         for po in t.partitions:
@@ -353,7 +372,13 @@ def install_request_to_pb(group_id: str, member_id: str, member_epoch: int, grou
     return msg
 
 
-def install_assignment_from_pb(msg: pb.InstallAssignmentRequest) -> dict[str, ShardSet]:
+def install_assignment_from_pb(msg: pb.InstallAssignmentRequest, limit: int = DEFAULT_MAX_OWNED,
+                               ) -> dict[str, ShardSet]:
+    """A delegate's assignment by member; more than ``limit`` shards listed in all is refused before any
+    is built (a valid assignment lists each subscribed partition once)."""
+    listed = sum(len(tp.partitions) for a in msg.assignment for tp in a.shards.topics)
+    if listed > limit:
+        raise WireError(f"assignment lists {listed} shards; the limit is {limit}")
     out: dict[str, ShardSet] = {}
     for a in msg.assignment:
         if a.member_id in out:
