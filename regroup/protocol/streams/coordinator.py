@@ -319,6 +319,8 @@ class StreamsGroups:
                            book.seen, book.seen_processes, config.acceptable_recovery_lag)
         if not caught and new_meta.process_id not in book.seen_processes:
             caught = self._unseen_standbys(group, mid, new_meta.process_id, lags_now, book)
+        elif caught and not bump:
+            caught = self._standbys_that_matter(group, mid, new_meta.process_id, caught, lags_now, book)
         if caught:
             ch.pending.extend(caught)
             bump = True
@@ -444,12 +446,28 @@ class StreamsGroups:
         book.seen.update({(pid, t): lag for t, lag in own.items()})
         book.seen_processes = book.seen_processes | {pid}
         standbys = [t for t in sorted(group.member_target(mid).standby) if own.get(t, limit + 1) <= limit]
-        if not standbys or group.epoch > group.target_epoch:
-            return []
-        would = new_target(group, lags, self.config_for(group.group_id).assignment())
-        if all(would.get(m, NO_TASKS) == group.member_target(m) for m in group.members):
+        if not standbys or group.epoch > group.target_epoch or not self._target_would_change(group, lags):
             return []
         return [WarmupCaughtUp(mid, str(t), own[t]) for t in standbys]
+
+    def _standbys_that_matter(self, group: StreamsGroup, mid: str, pid: str, caught: list[WarmupCaughtUp],
+                              lags: ProcessLags, book: LagBook) -> list[WarmupCaughtUp]:
+        """`target` rule 3 when only standbys caught up: a standby whose lag hovers around the
+        acceptable recovery lag would bump the epoch at every crossing with the target unchanged.
+        So a caught-up standby calls for a new target only if the assignor, given the lags now,
+        would change it; either way it counts as seen caught up, so the question is asked once per
+        crossing seen by a computation. A warm-up caught up always calls for one (its promotion)."""
+        target = group.member_target(mid)
+        if any(c.task in {str(t) for t in target.warmup} for c in caught):
+            return caught
+        standbys = {str(t): t for t in target.standby}
+        for c in caught:
+            book.seen[(pid, standbys[c.task])] = c.lag
+        return caught if self._target_would_change(group, lags) else []
+
+    def _target_would_change(self, group: StreamsGroup, lags: ProcessLags) -> bool:
+        would = new_target(group, lags, self.config_for(group.group_id).assignment())
+        return any(would.get(m, NO_TASKS) != group.member_target(m) for m in group.members)
 
     def _maybe_update_target(self, ch: _Changes, group: StreamsGroup) -> None:
         if group.epoch <= group.target_epoch or not group.members:

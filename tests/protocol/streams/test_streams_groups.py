@@ -330,6 +330,26 @@ def test_a_standby_seen_lagging_that_catches_up_bumps_like_a_warmup() -> None:
     assert len(a.owned.active) == len(b.owned.active) == 2
 
 
+def test_a_standby_hovering_around_the_acceptable_lag_bumps_only_when_the_target_would_change() -> None:
+    """A standby whose lag crosses the acceptable recovery lag back and forth (its active commits in
+    bursts) changes nothing the assignor would do: no epoch bump at each crossing."""
+    d = Deployment(config=StreamsConfig(standby_replicas=1, acceptable_recovery_lag=LIMIT))
+    a, b = d.join("a", "P1"), d.join("b", "P2")
+    d.settle()
+    assert len(a.owned.active) == len(b.owned.active) == 2 and b.owned.standby == a.owned.active
+    book = d.sg.lags[GROUP]
+    for crossing in range(3):
+        d.commit("a", 2 * LIMIT)  # a burst: b's standbys of a's actives fall behind...
+        d.heartbeat("b")
+        # ...and the last target computation saw them there (as it would have, had one run now)
+        book.seen.update({("P2", t): 2 * LIMIT for t in b.owned.standby})
+        epoch, target = d.group().epoch, d.target("b")
+        d.restore("b")
+        d.heartbeat("b")  # caught up again
+        assert d.group().epoch == epoch and d.target("b") == target, f"crossing {crossing}"
+        assert all(book.seen[("P2", t)] <= LIMIT for t in b.owned.standby)
+
+
 def test_a_warm_up_promoted_in_a_lost_answer_resends_its_previous_epoch_without_being_fenced() -> None:
     """The resend rule judges actives as actives and copies by any role: a warm-up still reported
     as a warm-up, that the lost answer made active, runs nothing it was not given."""
