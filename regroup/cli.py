@@ -23,11 +23,14 @@ app.add_typer(sim_app, name="sim")
 def bench_assignors(
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
     quick: bool = typer.Option(False, "--quick", help="A small slice of the grid (for smoke tests)."),
+    java: bool = typer.Option(False, "--java", help="Also time Kafka's Java assignors on every cell, "
+                                                    "in the same run, and print the ratio (needs "
+                                                    "Java 17+ and Maven)."),
 ) -> None:
     """Time the uniform and range assignors on Kafka's benchmark grid (ms per assignment)."""
     from regroup.bench.assignors import run_assignor_bench
 
-    run_assignor_bench(json_output=json_output, quick=quick)
+    run_assignor_bench(json_output=json_output, quick=quick, java=java)
 
 
 @bench_app.command("heartbeat")
@@ -220,6 +223,27 @@ def bench_failover(
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
     run_failover_bench(settings, json_output=json_output)
+
+
+@bench_app.command("vs-kafka")
+def bench_vs_kafka(
+    scenarios: str = typer.Option("grow,kill,scale-out,rolling",
+                                  help="Comma-separated: grow, kill, scale-out, scale-out-100, rolling."),
+    runs: int = typer.Option(1, min=1, help="Runs of every scenario for every system."),
+    members: int = typer.Option(10, min=2, help="Members of each group (one process each)."),
+    grow_by: int = typer.Option(900, min=1, help="grow: partitions added to a 10-partition topic."),
+    session_timeout_ms: int = typer.Option(10_000, min=6_000, help="Session timeout of all three systems."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+) -> None:
+    """regroup vs Apache Kafka's group coordinator (new protocol, classic cooperative-sticky) on one
+    local Kafka 4.4 broker: topic growth, kill -9, scale-out under load, rolling restart."""
+    from regroup.bench.vs_kafka import SCENARIOS, Settings, run_vs_kafka_bench
+
+    chosen = tuple(x.strip() for x in scenarios.split(",") if x.strip())
+    if not chosen or any(x not in SCENARIOS for x in chosen):
+        raise typer.BadParameter(f"--scenarios: choose among {', '.join(SCENARIOS)}")
+    run_vs_kafka_bench(chosen, runs, json_output,
+                       Settings(members=members, grow_by=grow_by, session_ms=session_timeout_ms))
 
 
 chaos_app = typer.Typer(help="Chaos testing of a real coordinator process.", no_args_is_help=True)

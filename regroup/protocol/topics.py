@@ -49,6 +49,15 @@ class TopicMetadata(Mapping[str, int]):
             self._shards[topic] = cached
         return cached
 
+    def shards_of_topics(self, topics: list[str]) -> list[tuple[Shard, ...]]:
+        """``[self.shards(t) for t in topics]``, straight from the cache (in C) when every topic's
+        shards are built already, as a coordinator's long-lived metadata has them: the assignors
+        call this for every topic of a group on every assignment."""
+        try:
+            return list(map(self._shards.__getitem__, topics))
+        except KeyError:
+            return list(map(self.shards, topics))
+
     def contains(self, shard: Shard) -> bool:
         """True when the shard's topic exists and has that partition."""
         return 0 <= shard.partition < self.partitions.get(shard.topic, 0)

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from itertools import chain
-from operator import attrgetter
+from itertools import chain, compress, filterfalse, islice
+from operator import attrgetter, contains, itemgetter, not_
 
 from regroup.protocol.assignors.base import Assignment, GroupSpec
-from regroup.protocol.assignors.uniform import SubscriptionClass, subscription_classes
+from regroup.protocol.assignors.uniform import (
+    SubscriptionClass,
+    sorted_topic_names,
+    subscription_classes,
+    topic_shards,
+)
 from regroup.protocol.shard import EMPTY, Shard
 from regroup.protocol.topics import TopicMetadata
 
@@ -43,69 +48,106 @@ class RangeAssignor:
         if not classes:
             return out
         metadata = spec.topics
-        order = _member_order(classes)
+        order, dynamic_only = _member_order(classes)
 
         # Topics with the same subscriber classes and partition count share one range layout.
-        topic_classes: dict[str, list[int]] = {}
-        for ci, cls in enumerate(classes):
-            for t in cls.topics:
-                topic_classes.setdefault(t, []).append(ci)
         layouts: dict[tuple[tuple[int, ...], int], list[str]] = {}
-        for t in sorted(topic_classes):
-            layouts.setdefault((tuple(sorted(topic_classes[t])), metadata.partitions[t]), []).append(t)
+        if len(classes) == 1:  # every topic has the one class: layouts by partition count alone
+            names = sorted_topic_names(metadata, classes[0].topics)
+            counts = list(map(metadata.partitions.__getitem__, names))
+            if counts.count(counts[0]) == len(counts):
+                layouts[((0,), counts[0])] = names
+            else:
+                for t, count in zip(names, counts, strict=True):
+                    layouts.setdefault(((0,), count), []).append(t)
+        else:
+            topic_classes: dict[str, list[int]] = {}
+            for ci, cls in enumerate(classes):
+                for t in cls.topics:
+                    topic_classes.setdefault(t, []).append(ci)
+            for t in sorted(topic_classes):
+                layouts.setdefault((tuple(sorted(topic_classes[t])), metadata.partitions[t]),
+                                   []).append(t)
 
         class_of: dict[str, int] = {}
-        # runs[mid]: the member's ranges, each one slice of a layout's shards.
-        runs: dict[str, list[Sequence[Shard]]] = {}
-        for (subscribing, count), topics in layouts.items():
+
+        def subscribers_of(subscribing: tuple[int, ...]) -> list[str]:
+            """The members of the ``subscribing`` classes, in member order."""
             if len(subscribing) == len(classes):
-                subscribers = order
-            else:
-                if not class_of:
-                    for ci, cls in enumerate(classes):
-                        class_of.update(dict.fromkeys(cls.member_ids, ci))
-                wanted = set(subscribing)
-                subscribers = [mid for mid in order if class_of[mid] in wanted]
-            ranges = _ranges(metadata, topics, count, len(subscribers))
-            if len(layouts) == 1:
-                self._finish(spec, dict(zip(subscribers, ranges, strict=False)), out)
-                out.update(dict.fromkeys(order[count:], EMPTY))  # more members than partitions
-                return out
-            for mid, shards in zip(subscribers, ranges, strict=False):
-                got = runs.get(mid)
+                return order
+            if dynamic_only:  # the order is by member id alone
+                return sorted(chain.from_iterable(classes[ci].member_ids for ci in subscribing))
+            if not class_of:
+                for ci, cls in enumerate(classes):
+                    class_of.update(dict.fromkeys(cls.member_ids, ci))
+            wanted = set(subscribing)
+            return list(compress(order, map(wanted.__contains__, map(class_of.__getitem__, order))))
+
+        if len(layouts) == 1:  # one range per member, each a tuple of consecutive shards
+            ((subscribing, count), topics), = layouts.items()
+            subscribers = subscribers_of(subscribing)
+            runs = list(_run_tuples(metadata, topics, count, len(subscribers)))
+            self._finish(spec, subscribers[:count], runs, out)
+            out.update(dict.fromkeys(order[count:], EMPTY))  # more members than partitions
+            return out
+
+        in_layouts = [ci for subscribing, _ in layouts for ci in subscribing]
+        if len(in_layouts) == len(set(in_layouts)):
+            # Every class is in one layout (e.g. disjoint subscriptions, one partition count each):
+            # every member gets at most one range, each a tuple of consecutive shards, all in C.
+            single: dict[str, Sequence[Shard]] = {}
+            for (subscribing, count), topics in layouts.items():
+                subscribers = subscribers_of(subscribing)
+                tuples = _run_tuples(metadata, topics, count, len(subscribers))
+                single.update(zip(subscribers, tuples, strict=False))
+            out.update(dict.fromkeys(filterfalse(single.__contains__, order), EMPTY))
+            served = list(filter(single.__contains__, order))
+            self._finish(spec, served, list(map(single.__getitem__, served)), out)
+            return out
+
+        # ranges[mid]: the member's ranges, each one slice of a layout's shards.
+        ranges: dict[str, list[Sequence[Shard]]] = {}
+        for (subscribing, count), topics in layouts.items():
+            subscribers = subscribers_of(subscribing)
+            for mid, shards in zip(subscribers, _ranges(metadata, topics, count, len(subscribers)),
+                                   strict=False):
+                got = ranges.get(mid)
                 if got is None:
-                    runs[mid] = [shards]
+                    ranges[mid] = [shards]
                 else:
                     got.append(shards)
 
         merged: dict[str, Sequence[Shard]] = {}
         for mid in order:
-            got = runs.get(mid)
+            got = ranges.get(mid)
             if got is None:
                 out[mid] = EMPTY
             else:
                 merged[mid] = got[0] if len(got) == 1 else list(chain.from_iterable(got))
-        self._finish(spec, merged, out)
+        self._finish(spec, list(merged), list(merged.values()), out)
         return out
 
     @staticmethod
-    def _finish(spec: GroupSpec, assigned: dict[str, Sequence[Shard]], out: Assignment) -> None:
-        """Freeze each member's shards, handing back its ``current`` object when they are equal."""
-        members = spec.members
-        currents = list(map(_current_of, map(members.__getitem__, assigned)))
+    def _finish(spec: GroupSpec, mids: list[str], runs: Sequence[Sequence[Shard]],
+                out: Assignment) -> None:
+        """Freeze each member's (non-empty) run of shards, handing back its ``current`` object
+        when they are equal."""
+        currents = list(map(_current_of, map(spec.members.__getitem__, mids)))
         if not any(currents):  # nothing to compare with: build every set in C
-            out.update(zip(assigned, map(frozenset, assigned.values()), strict=True))
+            out.update(zip(mids, map(frozenset, runs), strict=True))
             return
-        for (mid, shards), cur in zip(assigned.items(), currents, strict=True):
-            # End points first: a moved boundary usually shows there, before hashing everything.
-            if (len(cur) == len(shards) and shards[0] in cur and shards[-1] in cur
-                    and cur.issuperset(shards)):
-                out[mid] = cur
-            else:
-                out[mid] = frozenset(shards)
+        # A member whose first shard is not in its current set has changed (the usual case when a
+        # boundary moves): found, and its set built, in C. The others are compared one by one.
+        maybe = list(map(contains, currents, map(_first, runs)))
+        out.update(dict.fromkeys(mids, EMPTY))  # the members' places, in order; values follow
+        changed = list(map(not_, maybe))
+        out.update(zip(compress(mids, changed), map(frozenset, compress(runs, changed)), strict=True))
+        for mid, cur, shards in compress(zip(mids, currents, runs, strict=True), maybe):
+            out[mid] = cur if len(cur) == len(shards) and cur.issuperset(shards) else frozenset(shards)
 
 
 _current_of = attrgetter("current")
+_first = itemgetter(0)
 _instance_of = attrgetter("instance_id")
 
 
@@ -120,7 +162,7 @@ def _ranges(metadata: TopicMetadata, topics: list[str], count: int,
     if len(topics) == 1:
         flat: Sequence[Shard] = metadata.shards(topics[0])
     else:
-        flat = list(chain.from_iterable(zip(*map(metadata.shards, topics), strict=True)))
+        flat = list(chain.from_iterable(zip(*topic_shards(metadata, topics), strict=True)))
     width = len(topics)
     quota, extra = divmod(count, members)
     long_run, short_run = (quota + 1) * width, quota * width
@@ -131,12 +173,27 @@ def _ranges(metadata: TopicMetadata, topics: list[str], count: int,
     return map(flat.__getitem__, map(slice, starts, ends))
 
 
-def _member_order(classes: list[SubscriptionClass]) -> list[str]:
-    """Static members by (instance id, member id), then dynamic members by member id."""
+def _run_tuples(metadata: TopicMetadata, topics: list[str], count: int,
+                members: int) -> Iterator[tuple[Shard, ...]]:
+    """The same runs as `_ranges`, as tuples: zip over n references to one iterator yields n
+    consecutive shards at a time, in C, without the flat list or slices; islice stops before
+    pulling from zip, so the longer runs take exactly their shards."""
+    shards = topic_shards(metadata, topics)
+    it: Iterator[Shard] = (iter(shards[0]) if len(shards) == 1
+                           else chain.from_iterable(zip(*shards, strict=True)))
+    width = len(topics)
+    quota, extra = divmod(count, members)
+    longer = islice(zip(*[it] * ((quota + 1) * width), strict=False), extra)
+    return chain(longer, zip(*[it] * (quota * width), strict=False) if quota else ())
+
+
+def _member_order(classes: list[SubscriptionClass]) -> tuple[list[str], bool]:
+    """Static members by (instance id, member id), then dynamic members by member id; and whether
+    every member is dynamic (then the order is by member id alone)."""
     ids = list(chain.from_iterable(c.member_ids for c in classes))
     instances = list(map(_instance_of, chain.from_iterable(c.members for c in classes)))
     if instances.count(None) == len(instances):
-        return sorted(ids)
+        return sorted(ids), True
     static = sorted((inst, mid) for mid, inst in zip(ids, instances, strict=True) if inst is not None)
     dynamic = sorted(mid for mid, inst in zip(ids, instances, strict=True) if inst is None)
-    return [mid for _, mid in static] + dynamic
+    return [mid for _, mid in static] + dynamic, False
