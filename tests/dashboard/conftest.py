@@ -30,7 +30,10 @@ def _skip_or_fail(why: str) -> None:
                 "or set REGROUP_SKIP_BROWSER=1 to skip the browser tests", pytrace=False)
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: Playwright's sync API keeps an event loop running in the main thread
+# while it is started, and any later test on the same xdist worker that calls asyncio.run() fails
+# ("cannot be called from a running event loop").
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     try:
         from playwright.sync_api import sync_playwright
