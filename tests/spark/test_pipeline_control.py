@@ -173,3 +173,22 @@ def test_actives_stopped_together_are_gated_together(pipeline: Any, monkeypatch:
     p._stop_tasks(MemberTasks(active=frozenset({A, B})))
     assert gates == [(f"{A}.json", True), (f"{B}.json", True)]
     assert p.tasks == {} and set(p._dormant) == set()
+
+
+def test_a_copy_reports_its_position_only_once_its_query_ran_a_batch(pipeline: Any) -> None:
+    """Spark restores a query's state in its first batch: a copy reported at the batch it copied
+    would be promoted before it restored anything (found by `regroup bench spark-stateful`)."""
+    p = pipeline
+    shard = pipeline_module.Shard("t", 2)
+    p._start(C, "warm-up")
+    q = p._queries[C]
+    q.ends, q.limit = {shard: 1114}, {shard: 1489}
+    assert C not in p._task_offsets()
+    q.batches, q.ends = 1, {shard: 1300}
+    assert p._task_offsets()[C] == {shard: 1300}
+    p._start(D, "standby")  # nothing to read: its copy is at the commit, no record waits on a restore
+    p._queries[D].ends = p._queries[D].limit = {shard: 1489}
+    assert p._task_offsets()[D] == {shard: 1489}
+    p._start(A, "active")
+    p._queries[A].ends = {shard: 5}
+    assert p._task_offsets()[A] == {shard: 5}

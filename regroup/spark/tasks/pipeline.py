@@ -15,7 +15,8 @@ is on, which checkpoint is of record):
    same offsets (the checkpoint's offset log), with the same idempotency key.
 3. A copy (warm-up, standby) runs the same pipeline with its sink off and never reads past the
    committed offsets, refreshed every ``refresh_ms``; its progress is reported as the task's
-   offsets, urgently when a warm-up has caught up, so that the coordinator promotes it at once.
+   offsets — only once its query has run a batch (Spark restores the state then), or has nothing
+   to read — urgently when a warm-up has caught up, so that the coordinator promotes it at once.
 4. Stopping an active is clean: its reader is gated (it plans no further batch), the member waits
    until the reader has obeyed — then the last batch has finished and committed — and only then
    stops the query. Actives stopped together are gated together. A copy told to stop is parked
@@ -573,7 +574,7 @@ class StreamsPipeline:
     def _task_offsets(self) -> dict[TaskId, dict[Shard, int]]:
         with self._lock:
             out = {t: dict(o) for t, o in self._dormant.items()}
-            out.update({t: dict(q.ends) for t, q in self._queries.items()})
+            out.update({t: dict(q.ends) for t, q in self._queries.items() if _has_state(q)})
             return out
 
     # ---------------------------------------------------------------- helpers
@@ -629,6 +630,17 @@ class StreamsPipeline:
                 ends = batch_ends(d, done) if done is not None else None
                 if ends:
                     self._dormant[TaskId(sub, int(part))] = ends
+
+
+def _has_state(q: _TaskQuery) -> bool:
+    """Rule 3's report: may a copy's position be reported yet? Spark loads a query's state store in
+    its first batch, so a copy whose query has run none has not restored anything: reported at the
+    batch it copied — often within the acceptable recovery lag — it would be promoted at once and
+    pay the whole restore inside the hand-off. It reports once its first batch has run, or when
+    there is nothing to read (its copy is at the commit: then no record waits on the restore)."""
+    if q.role not in (WARMUP, STANDBY) or q.batches > 0:
+        return True
+    return q.limit is not None and caught_up(q.ends, q.limit)
 
 
 def _process_id(root: Path, instance_id: str | None) -> str:
