@@ -145,6 +145,48 @@ def bench_stateful(
     run_stateful_bench(parsed, kinds, settings, json_output=json_output, repeat=repeat, directory=directory)
 
 
+@bench_app.command("spark-stateful")
+def bench_spark_stateful(
+    sizes: str = typer.Option("10MB,100MB", help="State per task, comma-separated (KB, MB, GB). 1GB is "
+                                                 "opt-in: building it takes long on a small machine "
+                                                 "(tens of minutes on 2 cores)."),
+    scenarios: str = typer.Option("all", help="Comma-separated: scale-out-cold, scale-out-warm, "
+                                              "kill-standby, kill-no-standby, or the groups scale-out, "
+                                              "kill, all."),
+    tasks: int = typer.Option(4, min=2, help="Tasks (partitions of the source topic)."),
+    value_bytes: int = typer.Option(10_000, min=1, help="Bytes of state per key (keys = size / this)."),
+    rate: float = typer.Option(20.0, min=0.1, max=500, help="Records per second per task under load."),
+    trigger_ms: int = typer.Option(500, min=50, help="Micro-batch trigger interval of every task query."),
+    acceptable_lag: str = typer.Option("500,0", help="--acceptable-recovery-lag of the warm scale-outs, "
+                                                     "comma-separated: one run each (kills: the first)."),
+    session_timeout_ms: int = typer.Option(3_000, min=500, help="Coordinator session timeout: the failure "
+                                                                "detection time."),
+    directory: str | None = typer.Option(None, "--dir", help="Where to run (default: a temporary "
+                                                             "directory)."),
+    keep: bool = typer.Option(False, help="Keep every scenario's files (logs, checkpoints, outputs)."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+) -> None:
+    """Real Spark members (regroup.spark.streams, RocksDB state): no-output time of moved tasks, cold
+    move vs warm-up, kill -9 with and without a standby, per state size."""
+    from regroup.bench.spark_stateful import Settings, parse_size, run_spark_stateful_bench
+    from regroup.bench.spark_stateful import scenarios as plan
+
+    try:
+        parsed = [parse_size(s) for s in sizes.split(",") if s.strip()]
+        lags = tuple(int(x) for x in acceptable_lag.split(",") if x.strip())
+        settings = Settings(tasks=tasks, value_bytes=value_bytes, rate_per_task=rate, trigger_ms=trigger_ms,
+                            acceptable_lags=lags, session_timeout_ms=session_timeout_ms,
+                            heartbeat_interval_ms=max(100, session_timeout_ms // 6))
+        names = [s.strip() for s in scenarios.split(",") if s.strip()]
+        plan(names, settings)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from e
+    result = run_spark_stateful_bench(parsed, names, settings, json_output=json_output, directory=directory,
+                                      keep=keep)
+    if result["lost"]:
+        raise typer.Exit(1)
+
+
 @bench_app.command("log")
 def bench_log(
     directory: str | None = typer.Option(None, help="Where to write (default: a temporary directory)."),
