@@ -58,7 +58,9 @@ heartbeat interval) says it was fenced; its commits are refused by epoch meanwhi
 
 from __future__ import annotations
 
-__all__ = ["Contact", "check_grace", "grace_deadline", "member_grace"]
+from regroup.protocol.timers import TimerKind, Timers
+
+__all__ = ["Contact", "arm_grace", "check_grace", "disarm_grace", "grace_deadline", "member_grace"]
 
 
 def check_grace(grace_ms: int) -> int:
@@ -82,6 +84,20 @@ def grace_deadline(grace_ms: int, instance_id: str | None, session_deadline: int
         return None
     deadline = now + grace
     return deadline if deadline < session_deadline else None
+
+
+def arm_grace(timers: Timers, grace_ms: int, group_id: str, member_id: str, instance_id: str | None,
+              epoch: int, now: int) -> None:
+    """Rule 1 on a group kind's timers: the member's broken connection arms its grace timer when
+    that ends its session earlier (both group kinds call this)."""
+    deadline = grace_deadline(grace_ms, instance_id, timers.session_deadline(group_id, member_id), now)
+    if deadline is not None:
+        timers.arm(TimerKind.GRACE, group_id, member_id, deadline, epoch)
+
+
+def disarm_grace(timers: Timers, group_id: str, member_id: str) -> None:
+    """Rule 3: a restored connection puts the member back on the deadline its last heartbeat set."""
+    timers.disarm(TimerKind.GRACE, group_id, member_id)
 
 
 class Contact:

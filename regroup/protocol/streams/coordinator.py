@@ -51,7 +51,7 @@ from regroup.protocol.causes import (
 )
 from regroup.protocol.config import CoordinatorConfig
 from regroup.protocol.errors import ErrorCode, ProtocolError
-from regroup.protocol.failover import grace_deadline, member_grace
+from regroup.protocol.failover import arm_grace, disarm_grace, member_grace
 from regroup.protocol.messages import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
@@ -516,16 +516,13 @@ class StreamsGroups:
         group = self.groups.get(group_id)
         meta = group.members.get(member_id) if group is not None else None
         if group is not None and meta is not None:
-            deadline = grace_deadline(self.limits.failover_grace_ms, meta.instance_id,
-                                      self.timers.session_deadline(group_id, member_id), now)
-            if deadline is not None:
-                epoch = group.current[member_id].epoch
-                self.timers.arm(TimerKind.GRACE, group_id, member_id, deadline, epoch)
+            arm_grace(self.timers, self.limits.failover_grace_ms, group_id, member_id, meta.instance_id,
+                      group.current[member_id].epoch, now)
         return Outcome(None)
 
     def connection_restored(self, group_id: str, member_id: str, now: int) -> Outcome[None]:
         """The member opened a stream again: back to its session deadline (failover rule 3)."""
-        self.timers.disarm(TimerKind.GRACE, group_id, member_id)
+        disarm_grace(self.timers, group_id, member_id)
         return Outcome(None)
 
     def expire(self, now: int) -> Outcome[None]:
