@@ -88,14 +88,13 @@ from regroup.bench.spark_stateful_figures import (
     task_name,
 )
 from regroup.bench.spark_stateful_member import GROUP, SOURCE
-from regroup.bench.stateful import COLD_RECOVERY_LAG, BenchError, parse_size
+from regroup.bench.stateful import COLD_RECOVERY_LAG, BenchError, group_settled, parse_size, standbys_within
 from regroup.log import open_log
 from regroup.log.base import LogRecord, PartitionedLog
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.messages import OffsetFetchRequest
 from regroup.protocol.shard import Shard
 from regroup.protocol.streams.describe import StreamsGroupDescription
-from regroup.protocol.streams.state import StreamsGroupState
 from regroup.rpc.client import CoordinatorClient
 from regroup.rpc.errors import CoordinatorError
 
@@ -362,21 +361,10 @@ class _Stage:
             return None
 
     def settled(self, members: int, standby: int) -> bool:
-        """Stable, every task active exactly once, balanced, no warm-up, every standby granted."""
-        d = self.describe()
-        if d is None or d.state is not StreamsGroupState.STABLE or len(d.members) != members:
-            return False
-        actives = [t for m in d.members for t in m.assigned.active]
-        counts = [len(m.assigned.active) for m in d.members]
-        return (len(actives) == len(set(actives)) == self.settings.tasks and max(counts) - min(counts) <= 1
-                and not any(m.assigned.warmup or m.target.warmup for m in d.members)
-                and sum(len(m.assigned.standby) for m in d.members)
-                == self.settings.tasks * min(standby, members - 1))
+        return group_settled(self.describe(), self.settings.tasks, members, standby)
 
     def standbys_caught_up(self, limit: int) -> bool:
-        d = self.describe()
-        return d is not None and all(m.lags.get(t, limit + 1) <= limit
-                                     for m in d.members for t in m.assigned.standby)
+        return standbys_within(self.describe(), limit)
 
     def standby_lag(self) -> int | None:
         """The largest lag of any standby, as the coordinator last heard it."""

@@ -184,6 +184,24 @@ class BenchError(RuntimeError):
     """A scenario could not run (a process died, a condition never came true)."""
 
 
+def group_settled(d: StreamsGroupDescription | None, tasks: int, members: int, standby: int) -> bool:
+    """Stable with ``members`` members, every one of ``tasks`` tasks active exactly once, balanced,
+    no warm-up, every standby granted (``standby`` replicas)."""
+    if d is None or d.state is not StreamsGroupState.STABLE or len(d.members) != members:
+        return False
+    actives = [t for m in d.members for t in m.assigned.active]
+    counts = [len(m.assigned.active) for m in d.members]
+    return (len(actives) == len(set(actives)) == tasks and max(counts) - min(counts) <= 1
+            and not any(m.assigned.warmup or m.target.warmup for m in d.members)
+            and sum(len(m.assigned.standby) for m in d.members) == tasks * min(standby, members - 1))
+
+
+def standbys_within(d: StreamsGroupDescription | None, limit: int) -> bool:
+    """Every standby's reported lag is at most ``limit``."""
+    return d is not None and all(m.lags.get(t, limit + 1) <= limit
+                                 for m in d.members for t in m.assigned.standby)
+
+
 @dataclass
 class _Member:
     name: str
@@ -299,21 +317,10 @@ class _Stage:
             return None
 
     def settled(self, members: int, standby: int) -> bool:
-        """Stable, every task active exactly once, balanced, no warm-up, every standby granted."""
-        d = self.describe()
-        if d is None or d.state is not StreamsGroupState.STABLE or len(d.members) != members:
-            return False
-        actives = [t for m in d.members for t in m.assigned.active]
-        counts = [len(m.assigned.active) for m in d.members]
-        return (len(actives) == len(set(actives)) == self.settings.tasks and max(counts) - min(counts) <= 1
-                and not any(m.assigned.warmup or m.target.warmup for m in d.members)
-                and sum(len(m.assigned.standby) for m in d.members)
-                == self.settings.tasks * min(standby, members - 1))
+        return group_settled(self.describe(), self.settings.tasks, members, standby)
 
     def standbys_caught_up(self, limit: int) -> bool:
-        d = self.describe()
-        return d is not None and all(m.lags.get(t, limit + 1) <= limit
-                                     for m in d.members for t in m.assigned.standby)
+        return standbys_within(self.describe(), limit)
 
     def placement(self) -> tuple[dict[int, str], dict[int, list[str]]]:
         """task partition -> member name of its active, and of its standbys."""
