@@ -56,6 +56,7 @@ __all__ = [
     "latest_record",
     "parse_record",
     "plan_start",
+    "position_known",
     "sink_on",
     "state_file_version",
 ]
@@ -170,6 +171,15 @@ def _ahead(ends: Offsets, committed: Offsets) -> bool:
 def caught_up(ends: Offsets, committed: Offsets) -> bool:
     """Rule 4: a copy has processed exactly up to the committed offsets (nothing committed: yes)."""
     return all(ends.get(s, 0) == o for s, o in committed.items())
+
+
+def position_known(batches_run: int, ends: Offsets, limit: Offsets | None) -> bool:
+    """Rule 4's report: may a copy's position be reported yet? Spark loads a query's state store in
+    its first batch, so a copy whose query has run none has restored nothing: reported at the batch
+    it copied — often within the acceptable recovery lag — it would be promoted at once and pay the
+    whole restore inside the hand-off. It is known once a batch has run, or when there is nothing
+    to read (the copy is at the commit: then no record waits on the restore)."""
+    return batches_run > 0 or (limit is not None and caught_up(ends, limit))
 
 
 def sink_on(start: Offsets, sink_from: Offsets | None) -> bool:

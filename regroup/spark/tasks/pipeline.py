@@ -66,6 +66,7 @@ from regroup.protocol.streams.checkpoints import (
     format_record,
     latest_record,
     plan_start,
+    position_known,
     sink_on,
 )
 from regroup.protocol.streams.member import LostTasks, StartTasks, StopTasks, StreamsMemberStateMachine
@@ -633,14 +634,8 @@ class StreamsPipeline:
 
 
 def _has_state(q: _TaskQuery) -> bool:
-    """Rule 3's report: may a copy's position be reported yet? Spark loads a query's state store in
-    its first batch, so a copy whose query has run none has not restored anything: reported at the
-    batch it copied — often within the acceptable recovery lag — it would be promoted at once and
-    pay the whole restore inside the hand-off. It reports once its first batch has run, or when
-    there is nothing to read (its copy is at the commit: then no record waits on the restore)."""
-    if q.role not in (WARMUP, STANDBY) or q.batches > 0:
-        return True
-    return q.limit is not None and caught_up(q.ends, q.limit)
+    """Rule 3's report (`position_known`): an active's position always is."""
+    return q.role not in (WARMUP, STANDBY) or position_known(q.batches, q.ends, q.limit)
 
 
 def _process_id(root: Path, instance_id: str | None) -> str:

@@ -496,3 +496,13 @@ def test_a_checkpoint_directory_belongs_to_the_process_that_made_it(task: str, p
     assert directory_owner(directory) == process_id
     assert directory_owner(directory + ".copying") == process_id
     assert CheckpointRecord(directory, 0).directory == directory  # a valid directory of record
+
+
+def test_a_copys_position_is_known_once_its_query_ran_a_batch_or_has_nothing_to_read() -> None:
+    from regroup.protocol.streams.checkpoints import position_known
+
+    s = Shard("t", 0)
+    assert not position_known(0, {s: 1114}, {s: 1489})  # copied, state not restored yet
+    assert position_known(1, {s: 1300}, {s: 1489})
+    assert position_known(0, {s: 1489}, {s: 1489})  # nothing to read: no record waits on the restore
+    assert not position_known(0, {s: 5}, None)
