@@ -438,17 +438,30 @@ class StreamsGroups:
     def _unseen_standbys(self, group: StreamsGroup, mid: str, pid: str, lags: ProcessLags,
                          book: LagBook) -> list[WarmupCaughtUp]:
         """`target` rule 3 for a process the last computation did not see (the first reports after
-        a coordinator restart): its caught-up standbys call for a new target only if the assignor,
-        given the lags now, would change it — a move may be waiting for exactly this copy. Either
-        way the process counts as seen from now on, so this runs once per process."""
+        a coordinator restart). The report covers every copy on the process, so every member of
+        the process counts: a caught-up warm-up of any of them calls for a new target (its
+        promotion); caught-up standbys only if the assignor, given the lags now, would change it —
+        a move may be waiting for exactly this copy. Either way the process counts as seen from now
+        on, so this runs once per process. (Looking at the reporting member's copies alone marked
+        another member's caught-up warm-up as seen without promoting it, for good: found by the
+        churn property test.)"""
         limit = self.config_for(group.group_id).acceptable_recovery_lag
         own = lags.get(pid, {})
         book.seen.update({(pid, t): lag for t, lag in own.items()})
         book.seen_processes = book.seen_processes | {pid}
-        standbys = [t for t in sorted(group.member_target(mid).standby) if own.get(t, limit + 1) <= limit]
-        if not standbys or group.epoch > group.target_epoch or not self._target_would_change(group, lags):
+        warmups: list[WarmupCaughtUp] = []
+        standbys: list[WarmupCaughtUp] = []
+        for other in sorted(m for m, meta in group.members.items() if meta.process_id == pid):
+            target = group.member_target(other)
+            warmups += [WarmupCaughtUp(other, str(t), own[t]) for t in sorted(target.warmup)
+                        if own.get(t, limit + 1) <= limit]
+            standbys += [WarmupCaughtUp(other, str(t), own[t]) for t in sorted(target.standby)
+                         if own.get(t, limit + 1) <= limit]
+        if group.epoch > group.target_epoch or not (warmups or standbys):
+            return []  # nothing caught up, or a computation is due anyway and will see these lags
+        if not warmups and not self._target_would_change(group, lags):
             return []
-        return [WarmupCaughtUp(mid, str(t), own[t]) for t in standbys]
+        return warmups + standbys
 
     def _standbys_that_matter(self, group: StreamsGroup, mid: str, pid: str, caught: list[WarmupCaughtUp],
                               lags: ProcessLags, book: LagBook) -> list[WarmupCaughtUp]:

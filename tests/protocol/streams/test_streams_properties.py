@@ -221,3 +221,28 @@ class StreamsChurn(RuleBasedStateMachine):
 StreamsChurn.TestCase.settings = settings(max_examples=800, stateful_step_count=50, deadline=None,
                                           derandomize=True, database=None)
 TestStreamsChurn = StreamsChurn.TestCase
+
+
+class _Pick:
+    """A fixed `data.draw` for replaying a found example step by step."""
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+    def draw(self, _strategy: object) -> str:
+        return self.value
+
+
+def test_a_warm_up_reported_by_another_member_of_its_process_after_a_restart_is_promoted() -> None:
+    """Found by this state machine: after a coordinator restart the first report of process P2 came
+    from m2, whose target has no copies; the coordinator marked all of P2's copies seen — m5's
+    caught-up warm-up too — without a new target, so the warm-up was never promoted."""
+    m = StreamsChurn()
+    m.start(standby=0)
+    for process in ["P0", "P2", "P0", "P0", "P2"]:
+        m.join(process=process, static=False)
+    m.restore(_Pick("m2"), 1)  # type: ignore[arg-type]
+    m.heartbeat(_Pick("m2"))  # type: ignore[arg-type]
+    m.coordinator_restarts(from_snapshot=False)
+    m.restore(_Pick("m5"), 1)  # type: ignore[arg-type]
+    m.teardown()
