@@ -270,6 +270,21 @@ def _copies(members: Iterable[StreamsMemberDescription],
     return rows
 
 
+@groups_app.command("parallelism")
+def groups_parallelism(
+    group: str = typer.Argument(..., help="The consumer group id (it need not exist yet)."),
+    topic: str = typer.Argument(..., help="The topic whose partitions are cut into key ranges."),
+    ranges: int = typer.Argument(..., min=1, help="Key ranges per partition (1: whole partitions)."),
+    coordinator: str | None = typer.Option(None, "--coordinator", "-c", help=COORDINATOR_HELP),
+    token: str | None = typer.Option(None, help="API token (default: $REGROUP_TOKEN)."),
+) -> None:
+    """Spread each partition of TOPIC over up to RANGES members: each gets a key range of it and
+    commits its own progress; a live group rebalances, losing and repeating nothing."""
+    with _connected(coordinator, token) as client:
+        _ack_or_fail(client.set_parallelism(group, topic, ranges))
+    Console().print(_lit(f"group {group}: {topic} in {ranges} key range(s) per partition"))
+
+
 @groups_app.command("delete")
 def groups_delete(
     group: str = typer.Argument(..., help="The group id (must have no members)."),

@@ -477,6 +477,13 @@ def plausible_delete_offsets(ch: Chooser, w: World) -> pb.DeleteOffsetsRequest:
     return msg
 
 
+def plausible_parallelism(ch: Chooser, w: World) -> pb.SetParallelismRequest:
+    """Mostly small legal parallelisms (a live group then rebalances in key ranges), sometimes 1
+    (back to whole partitions), sometimes out of range."""
+    n = ch.pick((1, 2, 3, 4, 8)) if ch.chance(85) else ch.pick((0, -1, 1025, 2**31 - 1))
+    return pb.SetParallelismRequest(group_id=w.group(ch), topic=ch.pick(tuple(FUZZ_TOPICS)), parallelism=n)
+
+
 def plausible_watch(ch: Chooser, w: World) -> pb.WatchRequest:
     if w.watched is not None and ch.chance(50):
         return pb.WatchRequest(group_id=w.watched[0], member_id=w.watched[1])
@@ -501,6 +508,7 @@ PLAUSIBLE: dict[str, Callable[[Chooser, World], Message]] = {
     "DeleteGroup": _group_request(pb.DeleteGroupRequest),
     "ResetOffsets": plausible_reset,
     "DeleteOffsets": plausible_delete_offsets,
+    "SetParallelism": plausible_parallelism,
     "Topics": lambda ch, w: pb.TopicsRequest(),
     "RefreshTopics": lambda ch, w: pb.TopicsRequest(),
     "StreamsHeartbeat": plausible_streams,

@@ -9,7 +9,9 @@ The protocol lives in `MemberStateMachine`; this shell does the I/O around it:
   acknowledges, so the next owner starts exactly where this one stopped (a clean hand-off);
 * ``on_lost`` is called when the membership was lost (fenced): nothing is committed then, because
   another member may already own the partitions;
-* records come straight from the log (embedded directory or Kafka) at explicit offsets;
+* records come straight from the log (embedded directory or Kafka) at explicit offsets; a member
+  given key ranges of a partition (a group setting, `regroup groups parallelism`) reads the partition
+  once and keeps the records of its ranges, in offset order (`regroup.client.ranges`);
 * while the member is cut off from the coordinator (its connection broke and no heartbeat has been
   answered for the failover grace the coordinator gave it, `regroup.protocol.failover`), `poll()`
   and `consume()` hand out no records and read nothing: the coordinator may already have given the
@@ -35,11 +37,12 @@ from regroup.client.errors import (
 )
 from regroup.client.membership import Membership
 from regroup.client.partition import TopicPartition, offsets_by_partition, offsets_by_shard, partitions_of
+from regroup.client.ranges import KeyRanges, Ranged, Scanned
 from regroup.log import open_log
 from regroup.log.base import ConsumedRecord, PartitionedLog
 from regroup.protocol.driver import Backlog, OffsetReset, commit_before_release, held_when_lost
 from regroup.protocol.member import Action, Assign, Fatal, Lost, MemberStateMachine, Revoke
-from regroup.protocol.shard import Shard
+from regroup.protocol.shard import Shard, ShardSet
 from regroup.rpc.client import CoordinatorClient
 
 log = logging.getLogger("regroup.consumer")
@@ -94,7 +97,8 @@ class Consumer:
         self._max_batch = max_batch_records
         self._positions: dict[Shard, int] = {}  # next offset to read, per owned shard
         self._committed: dict[Shard, int] = {}
-        self._buffer: deque[ConsumedRecord] = deque()
+        self._buffer: deque[ConsumedRecord | Ranged | Scanned] = deque()
+        self._ranges = KeyRanges()  # owned key ranges (and whole partitions with records to skip)
         self._rr: deque[Shard] = deque()  # round-robin order of owned shards
         self._fatal: FatalConsumerError | None = None
         self._backlog = Backlog()  # the member's actions not carried out yet (some wait for the next poll)
@@ -118,12 +122,21 @@ class Consumer:
             self._check_usable()
             paused = self._cut_off()
             while not paused and self._buffer and len(out) < num_messages:
-                rec = self._buffer.popleft()
-                shard = Shard(rec.topic, rec.partition)
-                if self._positions.get(shard) != rec.offset:
-                    continue  # the shard was revoked or lost since it was buffered
-                self._positions[shard] = rec.offset + 1
-                out.append(rec)
+                item = self._buffer.popleft()
+                if isinstance(item, ConsumedRecord):
+                    shard = Shard(item.topic, item.partition)
+                    if self._positions.get(shard) != item.offset:
+                        continue  # the shard was revoked or lost since it was buffered
+                    self._positions[shard] = item.offset + 1
+                    out.append(item)
+                elif isinstance(item, Ranged):
+                    at = self._positions.get(item.shard)
+                    if at is None or item.record.offset < at:
+                        continue  # revoked or lost since it was buffered
+                    self._positions[item.shard] = item.record.offset + 1
+                    out.append(item.record)
+                else:
+                    self._scanned(item)
             if out or time.monotonic() >= deadline:
                 return out
             if paused or not self._fill():
@@ -137,11 +150,15 @@ class Consumer:
         whoever owns the partition now — at-least-once.
         """
         self._check_usable()
-        self._commit(offsets_by_shard(offsets) if offsets is not None else dict(self._positions))
+        self._commit(self._by_shard(offsets) if offsets is not None else dict(self._positions))
 
     def assignment(self) -> set[TopicPartition]:
-        """The partitions this consumer currently reads."""
+        """The partitions this consumer currently reads (wholly, or key ranges of them)."""
         return partitions_of(self._positions)
+
+    def shards(self) -> ShardSet:
+        """What this consumer currently reads, key ranges included (`Shard.lo`/`hi`)."""
+        return frozenset(self._positions)
 
     def committed(self) -> dict[TopicPartition, int]:
         """The committed offsets this consumer knows of its partitions (read at assignment, or its own)."""
@@ -224,11 +241,15 @@ class Consumer:
         self._membership.revocation_done(action.shards)
 
     def _assign(self, action: Assign) -> None:
-        """Position new shards at the group's committed offsets (or per auto_offset_reset)."""
-        committed, starts = self._membership.where_to_begin(action.shards, self._reset, self._log)
+        """Position new shards at the group's committed offsets (or per auto_offset_reset); a key
+        range where its committed fragments say, skipping what a former owner did."""
+        committed, resumes = self._membership.where_to_resume(action.shards, self._reset, self._log)
         self._committed.update(committed)
-        self._positions.update(starts)
-        self._rr.extend(starts)
+        for s, r in resumes.items():
+            self._positions[s] = r.start
+            if KeyRanges.reads(s, r):
+                self._ranges.add(s, r)
+        self._rr.extend(resumes)
         if self._on_assign is not None:
             self._on_assign(self, partitions_of(action.shards))
         self._membership.assignment_done(action.shards)
@@ -237,8 +258,19 @@ class Consumer:
         for s in shards:
             self._positions.pop(s, None)
             self._committed.pop(s, None)
+        self._ranges.remove(shards)
         self._rr = deque(s for s in self._rr if s not in shards)
-        self._buffer = deque(r for r in self._buffer if Shard(r.topic, r.partition) not in shards)
+        kept: deque[ConsumedRecord | Ranged | Scanned] = deque()
+        for item in self._buffer:
+            if isinstance(item, ConsumedRecord):
+                if Shard(item.topic, item.partition) not in shards:
+                    kept.append(item)
+            elif isinstance(item, Ranged):
+                if item.shard not in shards:
+                    kept.append(item)
+            elif item.shards - shards:  # a shard given back and taken again must not move on
+                kept.append(Scanned(item.shards - shards, item.end))
+        self._buffer = kept
 
     def _fill(self) -> bool:
         """Read the next batch from one owned shard with data; False when everything is caught up."""
@@ -248,11 +280,43 @@ class Consumer:
             pos = self._positions.get(shard)
             if pos is None:
                 continue
+            if shard in self._ranges:
+                if self._fill_ranges(shard):
+                    return True
+                continue
             recs = self._log.read(shard.topic, shard.partition, pos, self._max_batch)
             if recs:
                 self._buffer.extend(recs)
                 return True
         return False
+
+    def _fill_ranges(self, shard: Shard) -> bool:
+        """Read ``shard``'s partition once for every range of it this consumer owns."""
+        owned = self._ranges.of_partition(shard)
+        start = min(self._positions[s] for s in owned)
+        recs = self._log.read(shard.topic, shard.partition, start, self._max_batch)
+        if not recs:
+            return False
+        self._buffer.extend(self._ranges.route(owned, recs, self._positions))
+        self._buffer.append(Scanned(frozenset(owned), recs[-1].offset + 1))
+        return True
+
+    def _scanned(self, mark: Scanned) -> None:
+        """Every record read before ``mark`` is handed out: its ranges move past what was read."""
+        for s in mark.shards:
+            at = self._positions.get(s)
+            if at is not None and at < mark.end:
+                self._positions[s] = mark.end
+                self._ranges.passed(s, mark.end)
+
+    def _by_shard(self, offsets: Mapping[TopicPartition, int]) -> dict[Shard, int]:
+        """A user's offsets by partition, as shards: a partition this consumer reads in key ranges
+        stands for each of its ranges here."""
+        out: dict[Shard, int] = {}
+        for s, o in offsets_by_shard(offsets).items():
+            ranges = self._ranges.of_partition(s)
+            out.update(dict.fromkeys(ranges, o) if ranges else {s: o})
+        return out
 
     def _commit(self, offsets: dict[Shard, int]) -> None:
         if not offsets:

@@ -11,7 +11,8 @@ from collections.abc import Collection
 
 from regroup.client.session import Session, now_ms
 from regroup.log.base import PartitionedLog
-from regroup.protocol.driver import OffsetReset, start_positions, topics_to_look_up
+from regroup.protocol.driver import OffsetReset, resumes, start_positions, topics_to_look_up
+from regroup.protocol.keyrange import Resume
 from regroup.protocol.member import MemberStateMachine
 from regroup.protocol.messages import HeartbeatRequest, HeartbeatResponse
 from regroup.protocol.shard import Shard, ShardSet
@@ -49,3 +50,17 @@ class Membership(Session[MemberStateMachine]):
             ends.update((Shard(topic, p), end) for p, end in log.end_offsets(topic).items())
         return committed, start_positions(shards, committed, reset, ends)
 
+
+    def where_to_resume(self, shards: Collection[Shard], reset: OffsetReset,
+                        log: PartitionedLog) -> tuple[dict[Shard, int], dict[Shard, Resume]]:
+        """`where_to_begin` for members that may own key ranges: the committed offsets of
+        ``shards`` themselves, and where each begins with what it skips (`driver.resumes`).
+
+        Raises `OffsetFetchError` when the committed offsets cannot be read (rule 4).
+        """
+        committed = self.fetch_committed(shards)
+        ends: dict[Shard, int] = {}
+        for topic in topics_to_look_up(shards, committed, reset):
+            ends.update((Shard(topic, p), end) for p, end in log.end_offsets(topic).items())
+        own = {s: committed[s] for s in shards if s in committed}
+        return own, resumes(shards, committed, reset, ends)

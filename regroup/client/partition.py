@@ -1,7 +1,7 @@
 """`TopicPartition`: a partition of a topic, as the public API names it (confluent-kafka's name).
 
-The core hands out `Shard`s — today one whole partition each, later perhaps a key range inside one —
-and speaks of nothing else. What a user of `regroup.Consumer` is given and gives back is a partition:
+The core hands out `Shard`s — a whole partition each, or a key range inside one — and speaks of
+nothing else. What a user of `regroup.Consumer` is given and gives back is a partition:
 a value of its own, so that the public API keeps its meaning when the core's unit grows.
 """
 
@@ -36,4 +36,10 @@ def offsets_by_shard(offsets: Mapping[TopicPartition, int] | Mapping[Shard, int]
 
 
 def offsets_by_partition(offsets: Mapping[Shard, int]) -> dict[TopicPartition, int]:
-    return {TopicPartition(s.topic, s.partition): o for s, o in offsets.items()}
+    """Offsets by partition; key ranges of one partition count as their lowest (where the partition
+    as a whole would have to resume)."""
+    out: dict[TopicPartition, int] = {}
+    for s, o in offsets.items():
+        tp = TopicPartition(s.topic, s.partition)
+        out[tp] = min(o, out.get(tp, o))
+    return out

@@ -1,8 +1,11 @@
 """A compact, stable JSON encoding of the protocol core's records, for the durable store.
 
 One record is one JSON array: ``[tag, group_id, ...fields]``. Shard sets are ``{topic: [partitions]}``
-with sorted keys and partitions, so equal records always encode to equal bytes. The tags and field
-orders are a storage format: change them only together with a new ``FORMAT`` and a migration.
+with sorted keys and partitions, so equal records always encode to equal bytes; a key range of a
+partition is the entry ``[partition, lo, hi]`` in that list, and a committed offset of a key range
+has a tag of its own (``K``), so data written before key ranges existed reads exactly as before.
+The tags and field orders are a storage format: change them only together with a new ``FORMAT``
+and a migration.
 
 Records of both kinds of group (`AnyRecord`) go through `encode` and `decode`: the consumer-group
 records here (one-character tags), the streams-group records in `streams_codec` (two-character tags
@@ -32,13 +35,14 @@ from regroup.protocol.records import (
     MemberMetadataRecord,
     MemberStatus,
     OffsetRecord,
+    ParallelismRecord,
     Record,
     RegexRecord,
     SubscribedTopicsRecord,
     TargetEpochRecord,
     TargetMemberRecord,
 )
-from regroup.protocol.shard import Shard, ShardSet, from_topic_map, group_by_topic
+from regroup.protocol.shard import PartitionEntry, Shard, ShardSet, from_topic_map, group_by_topic
 
 __all__ = ["FORMAT", "AnyRecord", "CodecError", "decode", "encode", "encode_all"]
 
@@ -50,11 +54,11 @@ class CodecError(ValueError):
     """A stored record that this version cannot decode (damaged, or another format)."""
 
 
-def _shards(s: ShardSet) -> dict[str, list[int]]:
+def _shards(s: ShardSet) -> dict[str, list[PartitionEntry]]:
     return dict(sorted(group_by_topic(s).items()))
 
 
-def _unshards(d: dict[str, list[int]]) -> ShardSet:
+def _unshards(d: dict[str, list[PartitionEntry]]) -> ShardSet:
     return from_topic_map(d)
 
 
@@ -101,7 +105,12 @@ def _to_list(r: AnyRecord) -> list[Any]:
     if isinstance(r, CurrentAssignmentRecord):
         return ["C", r.group_id, r.member_id, _current(r.current)]
     if isinstance(r, OffsetRecord):
-        return ["O", r.group_id, r.shard.topic, r.shard.partition, r.offset, r.metadata, r.commit_epoch]
+        s = r.shard
+        if not s.whole:
+            return ["K", r.group_id, s.topic, s.partition, s.lo, s.hi, r.offset, r.metadata, r.commit_epoch]
+        return ["O", r.group_id, s.topic, s.partition, r.offset, r.metadata, r.commit_epoch]
+    if isinstance(r, ParallelismRecord):
+        return ["P", r.group_id, r.topic, r.parallelism]
     return streams_codec.to_list(r)  # a streams record, or TypeError
 
 
@@ -116,6 +125,8 @@ _CONSUMER_DECODERS: dict[str, tuple[str, int, Callable[[list[Any]], Record]]] = 
           lambda v: TargetMemberRecord(v[1], v[2], None if v[3] is None else _unshards(v[3]))),
     "C": ("CurrentAssignmentRecord", 4, lambda v: CurrentAssignmentRecord(v[1], v[2], _uncurrent(v[3]))),
     "O": ("OffsetRecord", 7, lambda v: OffsetRecord(v[1], Shard(v[2], v[3]), v[4], v[5], v[6])),
+    "K": ("OffsetRecord", 9, lambda v: OffsetRecord(v[1], Shard(v[2], v[3], v[4], v[5]), v[6], v[7], v[8])),
+    "P": ("ParallelismRecord", 4, lambda v: ParallelismRecord(v[1], v[2], v[3])),
 }
 
 

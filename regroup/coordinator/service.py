@@ -485,6 +485,12 @@ class CoordinatorService:
         ack = await self._released(self._step(lambda c: c.delete_offsets(group_id, shards)))
         return self._ack("DeleteOffsets", ack, context)
 
+    async def set_parallelism(self, request: pb.SetParallelismRequest, context: Ctx) -> pb.Ack:
+        group_id, topic, parallelism = request.group_id, request.topic, request.parallelism
+        ack = await self._released(self._step(lambda c: c.set_parallelism(group_id, topic, parallelism,
+                                                                          self.clock())))
+        return self._ack("SetParallelism", ack, context)
+
     # ================================================================= delegated assignment
     async def get_assignment_spec(self, request: pb.AssignmentSpecRequest, context: Ctx,
                                   ) -> pb.AssignmentSpecResponse:
@@ -547,7 +553,8 @@ class CoordinatorService:
         def summaries(c: Coordinator) -> list[GroupSummary]:
             out = []
             for gid, g in sorted(c.groups.items()):
-                lags = [max(0, ends[s] - o.offset) for s, o in g.offsets.items() if s in ends]
+                lags = [max(0, end - o.offset) for s, o in g.offsets.items()
+                        if (end := ends.get(Shard(s.topic, s.partition))) is not None]
                 out.append(GroupSummary(gid, g.state.value, g.epoch, len(g.members),
                                         sum(lags) if lags else None))
             return out
@@ -563,11 +570,15 @@ class CoordinatorService:
             if seen is not None:
                 clients[m.member_id] = MemberClient(seen[0], seen[1], max(0, now - seen[2]))
         owners = {s: m.member_id for m in d.members for s in m.assigned | m.pending_revocation}
-        shards = {Shard(t, p) for t, n in d.subscribed_topics.items() for p in range(n)} | set(d.offsets)
+        # A partition's committed key-range fragments stand for it (lag per fragment: the partition's
+        # low watermark is the lowest of them); a partition with none is listed whole.
+        fragmented = {(s.topic, s.partition) for s in d.offsets if not s.whole}
+        shards = {Shard(t, p) for t, n in d.subscribed_topics.items() for p in range(n)
+                  if (t, p) not in fragmented} | set(d.offsets)
         offsets = []
         for s in sorted(shards):
             committed = d.offsets.get(s)
-            end = ends.get(s)
+            end = ends.get(Shard(s.topic, s.partition))
             if committed is None:
                 offsets.append(OffsetStatus(s, None, "", -1, end, None, owners.get(s)))
             else:
@@ -673,6 +684,7 @@ class CoordinatorService:
             unary("DeleteGroup", self.delete_group, pb.DeleteGroupRequest, pb.Ack),
             unary("ResetOffsets", self.reset_offsets, pb.ResetOffsetsRequest, pb.Ack),
             unary("DeleteOffsets", self.delete_offsets, pb.DeleteOffsetsRequest, pb.Ack),
+            unary("SetParallelism", self.set_parallelism, pb.SetParallelismRequest, pb.Ack),
             unary("Topics", self.topics, pb.TopicsRequest, pb.TopicsResponse),
             unary("RefreshTopics", self.refresh_topics, pb.TopicsRequest, pb.TopicsResponse),
             unary("StreamsHeartbeat", self.streams_heartbeat, pb.StreamsHeartbeatRequest,

@@ -110,8 +110,17 @@ class WarmupCaughtUp:
     lag: int
 
 
+@dataclass(frozen=True, slots=True)
+class ParallelismChanged:
+    """An operator set how many key ranges each partition of ``topic`` is cut into."""
+
+    topic: str
+    parallelism: int
+
+
 BumpCause = (MemberJoined | MemberLeft | MemberFenced | SubscriptionChanged | StaticTakeOver
-             | SubscribedTopicsChanged | RegexResolved | TopologyChanged | WarmupCaughtUp)
+             | SubscribedTopicsChanged | RegexResolved | TopologyChanged | WarmupCaughtUp
+             | ParallelismChanged)
 
 
 # ------------------------------------------------------------------------ epoch events of a step
@@ -166,6 +175,8 @@ def describe_cause(cause: BumpCause) -> str:
         return f"subscribed topics now {shown or 'none'}{more}"
     if isinstance(cause, TopologyChanged):
         return f"member {cause.member_id} sent a new topology"
+    if isinstance(cause, ParallelismChanged):
+        return f"parallelism of topic {cause.topic} set to {cause.parallelism} key range(s) per partition"
     if isinstance(cause, WarmupCaughtUp):
         return f"warm-up of task {cause.task} on member {cause.member_id} caught up (lag {cause.lag})"
     return f"regex {cause.regex!r} now matches {len(cause.topics)} topic(s)"

@@ -49,6 +49,7 @@ from regroup.protocol.causes import (
     MemberFenced,
     MemberJoined,
     MemberLeft,
+    ParallelismChanged,
     RegexResolved,
     StaticTakeOver,
     SubscribedTopicsChanged,
@@ -67,6 +68,7 @@ from regroup.protocol.fencing import (
     static_predecessor,
     subscription_changed,
 )
+from regroup.protocol.keyrange import MAX_PARALLELISM
 from regroup.protocol.messages import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
@@ -97,13 +99,14 @@ from regroup.protocol.records import (
     MemberMetadataRecord,
     MemberStatus,
     OffsetRecord,
+    ParallelismRecord,
     Record,
     RegexRecord,
     SubscribedTopicsRecord,
     TargetEpochRecord,
     TargetMemberRecord,
 )
-from regroup.protocol.shard import EMPTY, Shard, ShardSet
+from regroup.protocol.shard import EMPTY, Shard, ShardSet, overlap_any
 from regroup.protocol.state import Group, GroupState, apply, apply_all
 from regroup.protocol.subscriptions import resolve_regex
 from regroup.protocol.target import (
@@ -238,6 +241,7 @@ class ConsumerGroups:
             out.extend(CurrentAssignmentRecord(gid, mid, c) for mid, c in sorted(g.current.items()))
             out.extend(OffsetRecord(gid, s, o.offset, o.metadata, o.commit_epoch)
                        for s, o in sorted(g.offsets.items()))
+            out.extend(ParallelismRecord(gid, t, n) for t, n in sorted(g.parallelism.items()))
         return out
 
     # ---------------------------------------------------------------- heartbeat
@@ -325,8 +329,13 @@ class ConsumerGroups:
             # rejoin after the member gave up on us, or a stale duplicate. Its "owns nothing" cannot
             # be trusted to release anything: treat ownership as unreported until its next heartbeat.
             owned = None
-        nxt = reconcile(cur, group.target_epoch, group.member_target(mid), owned,
-                        lambda s: owners.get(s, mid) != mid)
+        if group.range_holders or group.parallelism:  # key ranges: taken when anything overlapping is
+            def held_by_other(s: Shard) -> bool:
+                return group.held_by_other(s, mid)
+        else:
+            def held_by_other(s: Shard) -> bool:
+                return owners.get(s, mid) != mid
+        nxt = reconcile(cur, group.target_epoch, group.member_target(mid), owned, held_by_other)
         if nxt is not cur:
             ch.emit(CurrentAssignmentRecord(gid, mid, nxt))
             self._wake_waiters(ch, group, _held(cur) - _held(nxt))
@@ -594,7 +603,7 @@ class ConsumerGroups:
         if not released:
             return
         for mid, c in group.current.items():
-            if c.status is MemberStatus.UNRELEASED and not group.member_target(mid).isdisjoint(released):
+            if c.status is MemberStatus.UNRELEASED and overlap_any(group.member_target(mid), released):
                 ch.wake.add((group.group_id, mid))
 
     # ---------------------------------------------------------------- topic metadata
@@ -649,6 +658,32 @@ class ConsumerGroups:
         ch = _Changes(self.groups)
         for r in records:
             ch.emit(r)
+        return ch.outcome(Ack(ErrorCode.NONE))
+
+    def set_parallelism(self, group_id: str, topic: str, parallelism: int, now: int) -> Outcome[Ack]:
+        """An operator cuts every partition of ``topic`` into ``parallelism`` key ranges for this
+        group (1: whole partitions again). Allowed on a live group: the epoch moves, the target is
+        recomputed in ranges, and members hand old ranges over to new ones like any moved shard — a
+        new range resumes from the committed fragments it overlaps (`regroup.protocol.keyrange`)."""
+        try:
+            check_id("group_id", group_id, self.config)
+            check_id("topic", topic, self.config)
+            if not isinstance(parallelism, int) or not 1 <= parallelism <= MAX_PARALLELISM:
+                raise ProtocolError(ErrorCode.INVALID_REQUEST,
+                                    f"parallelism must be 1..{MAX_PARALLELISM} key ranges per partition, "
+                                    f"got {parallelism!r}")
+        except ProtocolError as e:
+            return Outcome(Ack(e.code, e.message))
+        ch = _Changes(self.groups)
+        group = self.groups.get(group_id)
+        if (group.parallelism.get(topic, 1) if group is not None else 1) == parallelism:
+            return ch.outcome(Ack(ErrorCode.NONE))
+        ch.emit(ParallelismRecord(group_id, topic, None if parallelism == 1 else parallelism))
+        group = self.groups[group_id]
+        if group.members and topic in group.subscribed_topics:
+            ch.because(group_id, ParallelismChanged(topic, parallelism))
+            ch.bump(group)
+            self._maybe_update_target(ch, group, now)
         return ch.outcome(Ack(ErrorCode.NONE))
 
     def delete_group(self, group_id: str) -> Outcome[Ack]:

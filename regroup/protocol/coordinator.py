@@ -208,6 +208,14 @@ class Coordinator:
             return self.streams.delete_offsets(group_id, shards)
         return self.consumer.delete_offsets(group_id, shards)
 
+    def set_parallelism(self, group_id: str, topic: str, parallelism: int, now: int) -> Outcome[Ack]:
+        """Key ranges per partition of ``topic`` in a consumer group (streams groups: not yet)."""
+        if group_id in self.streams.groups:
+            return Outcome(Ack(ErrorCode.INVALID_REQUEST,
+                               f"group {group_id!r} is a streams group; key ranges (parallelism) are a "
+                               "consumer-group setting for now"))
+        return self.consumer.set_parallelism(group_id, topic, parallelism, now)
+
     def delete_group(self, group_id: str) -> Outcome[Ack]:
         if group_id in self.streams.groups:
             return self.streams.delete_group(group_id)

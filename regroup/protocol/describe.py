@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from regroup.protocol.messages import CommittedOffset
 from regroup.protocol.records import MemberStatus
@@ -41,6 +41,8 @@ class GroupDescription:
     subscribed_topics: dict[str, int]
     members: tuple[MemberDescription, ...]
     offsets: dict[Shard, CommittedOffset]
+    #: Key ranges per partition of the topics the group cuts (`regroup.protocol.keyrange`).
+    parallelism: dict[str, int] = field(default_factory=dict)
 
 
 def describe(group: Group) -> GroupDescription:
@@ -60,5 +62,5 @@ def describe(group: Group) -> GroupDescription:
     return GroupDescription(
         group_id=group.group_id, state=group.state, epoch=group.epoch, target_epoch=group.target_epoch,
         assignor=group.assignor, subscribed_topics=dict(group.subscribed_topics), members=tuple(members),
-        offsets=dict(sorted(group.offsets.items())),
+        offsets=dict(sorted(group.offsets.items())), parallelism=dict(sorted(group.parallelism.items())),
     )

@@ -15,7 +15,9 @@ Rules:
    exactly where this member stopped. A refused commit does not hold the release back: the coordinator
    decides what is safe, and keeping the shards would only stall the group.
 3. Where a shard starts. An Assign begins each shard at the group's committed offset; a shard without
-   one begins per the reset policy: ``earliest`` at offset 0, ``latest`` where the log ends now.
+   one begins per the reset policy: ``earliest`` at offset 0, ``latest`` where the log ends now. A
+   key range (or a partition whose progress is kept in key-range fragments) begins at the lowest
+   fragment it overlaps and skips the records its fragments say are done (`keyrange.resume`).
 4. Unknown is not "none". Committed offsets that could not be read are never taken as "no committed
    offset" — that would rewind the shard to its beginning. The Assign waits, with everything behind
    it, for the next boundary; unless a Lost is queued behind it: then everything before the last Lost
@@ -31,6 +33,7 @@ from collections import deque
 from collections.abc import Collection, Iterable, Mapping
 from enum import Enum
 
+from regroup.protocol.keyrange import Resume, resume
 from regroup.protocol.member import Action, Assign, Lost
 from regroup.protocol.shard import Shard, ShardSet
 
@@ -67,7 +70,7 @@ def topics_to_look_up(
     shards with no committed offset (so that the common case asks the log nothing)."""
     if reset is not OffsetReset.LATEST:
         return []
-    return sorted({s.topic for s in shards if s not in committed})
+    return sorted({s.topic for s in shards if s not in committed or not s.whole})
 
 
 def start_positions(
@@ -76,19 +79,39 @@ def start_positions(
     reset: OffsetReset,
     log_ends: Mapping[Shard, int],
 ) -> dict[Shard, int]:
-    """Where each newly assigned shard begins, in shard order (rule 3).
+    """Where each newly assigned shard begins, in shard order (rule 3); see `resumes`."""
+    return {s: r.start for s, r in resumes(shards, committed, reset, log_ends).items()}
 
-    ``committed`` must be what the coordinator answered — never a guess after a failed fetch (rule 4).
-    ``log_ends`` is read only for the shards of `topics_to_look_up`; a shard missing there starts at 0.
+
+def resumes(
+    shards: Iterable[Shard],
+    committed: Mapping[Shard, int],
+    reset: OffsetReset,
+    log_ends: Mapping[Shard, int],
+) -> dict[Shard, Resume]:
+    """Where each newly assigned shard begins and what it skips, in shard order (rule 3).
+
+    ``committed`` must be what the coordinator answered — never a guess after a failed fetch (rule 4);
+    for key ranges it holds every committed fragment of their partitions that the fetch returned.
+    ``log_ends`` (by whole partition) is read only for the shards of `topics_to_look_up`; a shard
+    missing there starts at 0.
     """
-    out: dict[Shard, int] = {}
+    fragments = _by_partition(committed)
+    out: dict[Shard, Resume] = {}
     for s in sorted(shards):
-        if s in committed:
-            out[s] = committed[s]
-        elif reset is OffsetReset.LATEST:
-            out[s] = log_ends.get(s, 0)
-        else:
-            out[s] = 0
+        mine = fragments.get(s.partition_key)
+        if mine is not None and len(mine) == 1 and s in mine:
+            out[s] = Resume(mine[s])  # its own offset and nothing else: the common case
+            continue
+        default = log_ends.get(Shard(s.topic, s.partition), 0) if reset is OffsetReset.LATEST else 0
+        out[s] = resume(mine, s, default) if mine else Resume(default)
+    return out
+
+
+def _by_partition(committed: Mapping[Shard, int]) -> dict[tuple[str, int], dict[Shard, int]]:
+    out: dict[tuple[str, int], dict[Shard, int]] = {}
+    for s, o in committed.items():
+        out.setdefault(s.partition_key, {})[s] = o
     return out
 
 

@@ -4,6 +4,12 @@ Rules: a member commits only at its current epoch and only shards it holds (assi
 pending revocation: committing is how it hands them over cleanly); a committed offset never moves
 backwards except through an operator's reset, and operators may only write to a group with no members,
 so that they cannot race a live consumer. An operator's fetch leaves the member id empty.
+
+Key ranges (`regroup.protocol.keyrange`): a commit of a key range writes the partition's committed
+*fragments* (rule 3 there: it raises the fragments inside the range, never lowers one, and keeps the
+parts of fragments outside it); a fetch of a shard answers every fragment overlapping it, from which
+the member works out where the range resumes and what it skips. A group that never used key ranges
+has one fragment per partition, the whole partition, and these rules are exactly the plain ones.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from regroup.protocol.errors import ErrorCode, ProtocolError
+from regroup.protocol.keyrange import commit_fragments
 from regroup.protocol.messages import (
     CommittedOffset,
     OffsetCommitRequest,
@@ -79,14 +86,61 @@ def commit_records(group: Group | None, req: OffsetCommitRequest) -> list[Record
     check_member_epoch(group, req.member_id, req.member_epoch)
     current = group.current[req.member_id]
     committed = group.offsets
+    ranged = False
     for shard, offset in req.offsets.items():
         if shard not in current.assigned and shard not in current.pending_revocation:
             raise ProtocolError(
                 ErrorCode.NOT_OWNED,
                 f"member {req.member_id!r} commits {shard}, which it does not own at epoch "
                 f"{current.epoch}; only the owner of a shard may commit its offset")
-        check_forward(committed, shard, offset)
-    return [OffsetRecord(gid, s, o, req.metadata, req.member_epoch) for s, o in sorted(req.offsets.items())]
+        if shard.whole and (shard.topic, shard.partition) not in group.offset_ranges:
+            check_forward(committed, shard, offset)
+        else:
+            ranged = True
+            _check_range_forward(group, shard, offset)
+    if not ranged:
+        return [OffsetRecord(gid, s, o, req.metadata, req.member_epoch)
+                for s, o in sorted(req.offsets.items())]
+    return _fragment_records(group, req)
+
+
+def _check_range_forward(group: Group, shard: Shard, offset: int) -> None:
+    """A key range's commit is behind when it is below every fragment it overlaps: its owner began at
+    the lowest of them (keyrange rule 4), so it cannot have stopped before that."""
+    hit = group.offsets_overlapping(shard)
+    if hit and offset < min(c.offset for c in hit.values()):
+        raise ProtocolError(
+            ErrorCode.OFFSET_OUT_OF_ORDER,
+            f"offset {offset} for {shard} is behind every committed offset of its key range (lowest "
+            f"{min(c.offset for c in hit.values())}); committed offsets only move forward")
+
+
+def _fragment_records(group: Group, req: OffsetCommitRequest) -> list[Record]:
+    """The records of a commit that names key ranges or partitions with range fragments: the
+    fragments each commit deletes and writes, applied in order on a working copy so that two ranges
+    of one partition in one request see each other's fragments."""
+    gid = req.group_id
+    work: dict[tuple[str, int], dict[Shard, CommittedOffset]] = {}
+    deleted: dict[Shard, None] = {}
+    written: dict[Shard, CommittedOffset] = {}
+    for shard, offset in sorted(req.offsets.items()):
+        key = (shard.topic, shard.partition)
+        if key not in work:
+            work[key] = group.offsets_overlapping(Shard(shard.topic, shard.partition))
+        frags = work[key]
+        done = CommittedOffset(offset, req.metadata, req.member_epoch)
+        gone, changed = commit_fragments(frags, shard, done)
+        for f in gone:
+            frags.pop(f, None)
+            written.pop(f, None)
+            deleted[f] = None
+        for f, c in changed.items():
+            frags[f] = c
+            written[f] = c
+            deleted.pop(f, None)
+    out: list[Record] = [OffsetRecord(gid, f, None) for f in sorted(deleted) if f in group.offsets]
+    out.extend(OffsetRecord(gid, f, c.offset, c.metadata, c.commit_epoch) for f, c in sorted(written.items()))
+    return out
 
 
 def reset_records(group: Group | None, req: OffsetResetRequest) -> list[Record]:
@@ -110,7 +164,12 @@ def fetch_offsets(group: Group | None, req: OffsetFetchRequest) -> Mapping[Shard
         check_member_epoch(group, req.member_id, req.member_epoch)
     if req.shards is None:
         return dict(sorted(group.offsets.items()))
-    return {s: group.offsets[s] for s in req.shards if s in group.offsets}
+    if not group.offset_ranges and all(s.whole for s in req.shards):
+        return {s: group.offsets[s] for s in req.shards if s in group.offsets}
+    out: dict[Shard, CommittedOffset] = {}
+    for s in req.shards:  # key ranges: every fragment overlapping the shard (keyrange rule 4)
+        out.update(group.offsets_overlapping(s))
+    return dict(sorted(out.items()))
 
 
 def delete_offset_records(group: Group, shards: tuple[Shard, ...] | None) -> list[Record]:

@@ -117,6 +117,16 @@ class OffsetRecord:
     commit_epoch: int = -1
 
 
+@dataclass(frozen=True, slots=True)
+class ParallelismRecord:
+    """How many key ranges the group cuts each partition of ``topic`` into (None: back to 1, the
+    whole partition). A group setting an operator makes (`regroup.protocol.keyrange`)."""
+
+    group_id: str
+    topic: str
+    parallelism: int | None
+
+
 Record = (
     GroupEpochRecord
     | SubscribedTopicsRecord
@@ -126,4 +136,5 @@ Record = (
     | TargetMemberRecord
     | CurrentAssignmentRecord
     | OffsetRecord
+    | ParallelismRecord
 )

@@ -1,8 +1,8 @@
 """A group's state, and `apply`: the only code that changes it.
 
 Everything in `Group` is either a fact carried by a record or derived from such facts by `apply`
-(the static-member index and the shard owners). Two coordinators that applied the same records hold
-equal groups, which is what makes replay and snapshots exact.
+(the static-member index, the shard owners, the key ranges by partition). Two coordinators that
+applied the same records hold equal groups, which is what makes replay and snapshots exact.
 """
 
 from __future__ import annotations
@@ -21,13 +21,14 @@ from regroup.protocol.records import (
     MemberMetadataRecord,
     MemberStatus,
     OffsetRecord,
+    ParallelismRecord,
     Record,
     RegexRecord,
     SubscribedTopicsRecord,
     TargetEpochRecord,
     TargetMemberRecord,
 )
-from regroup.protocol.shard import EMPTY, Shard, ShardSet
+from regroup.protocol.shard import EMPTY, Shard, ShardSet, overlaps
 
 
 class GroupState(Enum):
@@ -56,9 +57,16 @@ class Group:
     current: dict[str, CurrentAssignment] = field(default_factory=dict)
     target: dict[str, ShardSet] = field(default_factory=dict)
     offsets: dict[Shard, CommittedOffset] = field(default_factory=dict)
+    #: Key ranges per partition, by topic (`regroup.protocol.keyrange`); a topic not here has 1.
+    parallelism: dict[str, int] = field(default_factory=dict)
     # Derived by `apply`, never written directly.
     static_members: dict[str, str] = field(default_factory=dict)
     owners: dict[Shard, str] = field(default_factory=dict)
+    #: The key-range shards held (assigned or pending revocation), by partition: who holds what
+    #: part of a partition when shards of it overlap without being equal.
+    range_holders: dict[tuple[str, int], dict[Shard, str]] = field(default_factory=dict)
+    #: The key-range fragments of committed offsets, by partition (whole partitions are not listed).
+    offset_ranges: dict[tuple[str, int], set[Shard]] = field(default_factory=dict)
 
     @property
     def state(self) -> GroupState:
@@ -80,6 +88,32 @@ class Group:
             return -1
         return self.current[owner].epoch
 
+    def held_by_other(self, shard: Shard, member_id: str) -> bool:
+        """True when a member other than ``member_id`` holds ``shard`` or any shard overlapping it
+        (a whole partition and its key ranges, or ranges of two parallelisms)."""
+        holder = self.owners.get(shard)
+        if holder is not None and holder != member_id:
+            return True
+        if not shard.whole:  # the whole partition overlaps every range of it
+            holder = self.owners.get(Shard(shard.topic, shard.partition))
+            if holder is not None and holder != member_id:
+                return True
+        elif not self.range_holders:
+            return False  # a whole partition, and no key ranges held anywhere
+        return any(h != member_id and overlaps(s, shard)
+                   for s, h in self.range_holders.get((shard.topic, shard.partition), {}).items())
+
+    def offsets_overlapping(self, shard: Shard) -> dict[Shard, CommittedOffset]:
+        """The committed fragments of ``shard``'s partition that overlap it (`keyrange` rule 3)."""
+        out: dict[Shard, CommittedOffset] = {}
+        whole = self.offsets.get(Shard(shard.topic, shard.partition))
+        if whole is not None:
+            out[Shard(shard.topic, shard.partition)] = whole
+        for f in self.offset_ranges.get((shard.topic, shard.partition), ()):
+            if overlaps(f, shard):
+                out[f] = self.offsets[f]
+        return out
+
     def member_target(self, member_id: str) -> ShardSet:
         """The member's part of the target (empty when the target does not list it)."""
         return self.target.get(member_id, EMPTY)
@@ -100,8 +134,9 @@ def apply(groups: dict[str, Group], record: Record) -> None:
         group.epoch = record.epoch
         return
     if group is None:
-        if isinstance(record, OffsetRecord) and record.offset is None:
-            return  # deleting an offset of a group already gone
+        if (isinstance(record, OffsetRecord) and record.offset is None) or (
+                isinstance(record, ParallelismRecord) and record.parallelism is None):
+            return  # deleting an offset or a setting of a group already gone
         # Offsets may be committed by an admin before any member ever joined.
         group = groups[gid] = Group(gid)
     _APPLIERS[type(record)](group, record)
@@ -161,6 +196,9 @@ def _apply_current(group: Group, r: CurrentAssignmentRecord) -> None:
         for s in old.pending_revocation:
             if owners.get(s) == r.member_id:
                 del owners[s]
+        if group.range_holders:
+            _unhold_ranges(group, old.assigned, r.member_id)
+            _unhold_ranges(group, old.pending_revocation, r.member_id)
     if r.current is None:
         group.current.pop(r.member_id, None)
         return
@@ -172,13 +210,46 @@ def _apply_current(group: Group, r: CurrentAssignmentRecord) -> None:
         owners[s] = r.member_id
     for s in r.current.pending_revocation:
         owners[s] = r.member_id
+    _hold_ranges(group, r.current.assigned, r.member_id)
+    _hold_ranges(group, r.current.pending_revocation, r.member_id)
+
+
+def _hold_ranges(group: Group, shards: ShardSet, member_id: str) -> None:
+    for s in shards:
+        if not s.whole:
+            group.range_holders.setdefault((s.topic, s.partition), {})[s] = member_id
+
+
+def _unhold_ranges(group: Group, shards: ShardSet, member_id: str) -> None:
+    for s in shards:
+        if s.whole:
+            continue
+        held = group.range_holders.get((s.topic, s.partition))
+        if held is not None and held.get(s) == member_id:
+            del held[s]
+            if not held:
+                del group.range_holders[(s.topic, s.partition)]
 
 
 def _apply_offset(group: Group, r: OffsetRecord) -> None:
+    key = (r.shard.topic, r.shard.partition)
     if r.offset is None:
         group.offsets.pop(r.shard, None)
+        if not r.shard.whole and key in group.offset_ranges:
+            group.offset_ranges[key].discard(r.shard)
+            if not group.offset_ranges[key]:
+                del group.offset_ranges[key]
     else:
         group.offsets[r.shard] = CommittedOffset(r.offset, r.metadata, r.commit_epoch)
+        if not r.shard.whole:
+            group.offset_ranges.setdefault(key, set()).add(r.shard)
+
+
+def _apply_parallelism(group: Group, r: ParallelismRecord) -> None:
+    if r.parallelism is None or r.parallelism == 1:
+        group.parallelism.pop(r.topic, None)
+    else:
+        group.parallelism[r.topic] = r.parallelism
 
 
 _APPLIERS: dict[type, Callable[[Group, Any], None]] = {
@@ -189,4 +260,5 @@ _APPLIERS: dict[type, Callable[[Group, Any], None]] = {
     TargetMemberRecord: _apply_target_member,
     CurrentAssignmentRecord: _apply_current,
     OffsetRecord: _apply_offset,
+    ParallelismRecord: _apply_parallelism,
 }

@@ -49,15 +49,16 @@ def delegate_for(group: Group, assignor: str) -> str | None:
 
 
 @lru_cache(maxsize=256)
-def _metadata(items: tuple[tuple[str, int], ...]) -> TopicMetadata:
+def _metadata(items: tuple[tuple[str, int], ...], ranges: tuple[tuple[str, int], ...] = ()) -> TopicMetadata:
     # One TopicMetadata (with its prebuilt shards) per distinct set of topics: rebuilding it for
     # every assignment would allocate every shard again, which dominates large assignments.
-    return TopicMetadata(dict(items))
+    return TopicMetadata(dict(items), dict(ranges))
 
 
 def build_spec(group: Group) -> GroupSpec:
-    """The assignor's input: each member's resolved subscription and its current target."""
-    group_topics = _metadata(tuple(group.subscribed_topics.items()))
+    """The assignor's input: each member's resolved subscription and its current target; the
+    shards are the group's key ranges where it cuts topics into ranges (`TopicMetadata`)."""
+    group_topics = _metadata(tuple(group.subscribed_topics.items()), tuple(sorted(group.parallelism.items())))
     # Members with the same subscription share one frozenset: assignors group members by it.
     resolved: dict[tuple[frozenset[str], str | None], frozenset[str]] = {}
     members = {}

@@ -25,7 +25,7 @@ from regroup.protocol.messages import (
     OffsetFetchRequest,
     OffsetResetRequest,
 )
-from regroup.protocol.shard import Shard, ShardSet
+from regroup.protocol.shard import KEY_SPACE, Shard, ShardSet
 
 T = TypeVar("T")
 N = TypeVar("N", bound=Hashable)
@@ -57,6 +57,9 @@ def check_shards(field: str, shards: Iterable[object], cfg: CoordinatorConfig, l
             raise invalid(f"{field} has a shard with an invalid topic name {s.topic!r}")
         if s.partition < 0:
             raise invalid(f"{field} has a negative partition: {s}")
+        if not (isinstance(s.lo, int) and isinstance(s.hi, int) and 0 <= s.lo < s.hi <= KEY_SPACE):
+            raise invalid(f"{field} has a shard of {s.topic}-{s.partition} with the key range "
+                          f"[{s.lo!r}, {s.hi!r}); a key range is 0 <= lo < hi <= {KEY_SPACE}")
 
 
 def check_name(field: str, value: object, limit: int, what: str) -> None:

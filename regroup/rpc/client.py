@@ -303,6 +303,12 @@ class CoordinatorClient:
         """Delete committed offsets (all of the group's when ``shards`` is None); empty group only."""
         return self._ack(self._unary("DeleteOffsets", wire.delete_offsets_to_pb(group_id, shards), pb.Ack))
 
+    def set_parallelism(self, group_id: str, topic: str, parallelism: int) -> Ack:
+        """Cut every partition of ``topic`` into ``parallelism`` key ranges for this consumer group
+        (1: whole partitions again); live groups rebalance to the new ranges."""
+        req = pb.SetParallelismRequest(group_id=group_id, topic=topic, parallelism=parallelism)
+        return self._ack(self._unary("SetParallelism", req, pb.Ack))
+
     def topics(self) -> dict[str, int]:
         return dict(self.topics_info().topics)
 

@@ -93,12 +93,24 @@ STREAMS_GROUP_STATE_RECONCILING: StreamsGroupState
 STREAMS_GROUP_STATE_STABLE: StreamsGroupState
 
 class TopicPartitions(_message.Message):
-    __slots__ = ("topic", "partitions")
+    __slots__ = ("topic", "partitions", "ranges")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    RANGES_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partitions: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ...) -> None: ...
+    ranges: _containers.RepeatedCompositeFieldContainer[KeyRange]
+    def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., ranges: _Optional[_Iterable[_Union[KeyRange, _Mapping]]] = ...) -> None: ...
+
+class KeyRange(_message.Message):
+    __slots__ = ("partition", "lo", "hi")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    LO_FIELD_NUMBER: _ClassVar[int]
+    HI_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    lo: int
+    hi: int
+    def __init__(self, partition: _Optional[int] = ..., lo: _Optional[int] = ..., hi: _Optional[int] = ...) -> None: ...
 
 class ShardSet(_message.Message):
     __slots__ = ("topics",)
@@ -113,12 +125,16 @@ class StringList(_message.Message):
     def __init__(self, values: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PartitionOffset(_message.Message):
-    __slots__ = ("partition", "offset")
+    __slots__ = ("partition", "offset", "key_lo", "key_hi")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
+    KEY_LO_FIELD_NUMBER: _ClassVar[int]
+    KEY_HI_FIELD_NUMBER: _ClassVar[int]
     partition: int
     offset: int
-    def __init__(self, partition: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+    key_lo: int
+    key_hi: int
+    def __init__(self, partition: _Optional[int] = ..., offset: _Optional[int] = ..., key_lo: _Optional[int] = ..., key_hi: _Optional[int] = ...) -> None: ...
 
 class TopicOffsets(_message.Message):
     __slots__ = ("topic", "partitions")
@@ -235,16 +251,20 @@ class OffsetFetchRequest(_message.Message):
     def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., shards: _Optional[_Union[ShardSet, _Mapping]] = ...) -> None: ...
 
 class CommittedOffset(_message.Message):
-    __slots__ = ("partition", "offset", "metadata", "commit_epoch")
+    __slots__ = ("partition", "offset", "metadata", "commit_epoch", "key_lo", "key_hi")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     COMMIT_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    KEY_LO_FIELD_NUMBER: _ClassVar[int]
+    KEY_HI_FIELD_NUMBER: _ClassVar[int]
     partition: int
     offset: int
     metadata: str
     commit_epoch: int
-    def __init__(self, partition: _Optional[int] = ..., offset: _Optional[int] = ..., metadata: _Optional[str] = ..., commit_epoch: _Optional[int] = ...) -> None: ...
+    key_lo: int
+    key_hi: int
+    def __init__(self, partition: _Optional[int] = ..., offset: _Optional[int] = ..., metadata: _Optional[str] = ..., commit_epoch: _Optional[int] = ..., key_lo: _Optional[int] = ..., key_hi: _Optional[int] = ...) -> None: ...
 
 class TopicCommitted(_message.Message):
     __slots__ = ("topic", "partitions")
@@ -351,6 +371,16 @@ class InstallAssignmentRequest(_message.Message):
     assignment: _containers.RepeatedCompositeFieldContainer[MemberAssignment]
     def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., group_epoch: _Optional[int] = ..., assignment: _Optional[_Iterable[_Union[MemberAssignment, _Mapping]]] = ...) -> None: ...
 
+class SetParallelismRequest(_message.Message):
+    __slots__ = ("group_id", "topic", "parallelism")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARALLELISM_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    topic: str
+    parallelism: int
+    def __init__(self, group_id: _Optional[str] = ..., topic: _Optional[str] = ..., parallelism: _Optional[int] = ...) -> None: ...
+
 class DescribeGroupRequest(_message.Message):
     __slots__ = ("group_id",)
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
@@ -398,7 +428,7 @@ class MemberDescription(_message.Message):
     def __init__(self, member_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., rack_id: _Optional[str] = ..., epoch: _Optional[int] = ..., previous_epoch: _Optional[int] = ..., status: _Optional[_Union[MemberStatus, str]] = ..., assigned: _Optional[_Union[ShardSet, _Mapping]] = ..., pending_revocation: _Optional[_Union[ShardSet, _Mapping]] = ..., awaiting: _Optional[_Union[ShardSet, _Mapping]] = ..., target: _Optional[_Union[ShardSet, _Mapping]] = ..., subscribed_topics: _Optional[_Iterable[str]] = ..., subscribed_regex: _Optional[str] = ..., resolved_topics: _Optional[_Iterable[str]] = ..., assignor: _Optional[str] = ..., rebalance_timeout_ms: _Optional[int] = ..., client_id: _Optional[str] = ..., client_host: _Optional[str] = ..., last_heartbeat_age_ms: _Optional[int] = ...) -> None: ...
 
 class OffsetStatus(_message.Message):
-    __slots__ = ("topic", "partition", "committed_offset", "metadata", "commit_epoch", "log_end_offset", "lag", "owner")
+    __slots__ = ("topic", "partition", "committed_offset", "metadata", "commit_epoch", "log_end_offset", "lag", "owner", "key_lo", "key_hi")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -407,6 +437,8 @@ class OffsetStatus(_message.Message):
     LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LAG_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
+    KEY_LO_FIELD_NUMBER: _ClassVar[int]
+    KEY_HI_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     committed_offset: int
@@ -415,7 +447,9 @@ class OffsetStatus(_message.Message):
     log_end_offset: int
     lag: int
     owner: str
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., committed_offset: _Optional[int] = ..., metadata: _Optional[str] = ..., commit_epoch: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., lag: _Optional[int] = ..., owner: _Optional[str] = ...) -> None: ...
+    key_lo: int
+    key_hi: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., committed_offset: _Optional[int] = ..., metadata: _Optional[str] = ..., commit_epoch: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., lag: _Optional[int] = ..., owner: _Optional[str] = ..., key_lo: _Optional[int] = ..., key_hi: _Optional[int] = ...) -> None: ...
 
 class EpochChange(_message.Message):
     __slots__ = ("at_unix_ms", "kind", "epoch", "cause")
@@ -430,8 +464,15 @@ class EpochChange(_message.Message):
     def __init__(self, at_unix_ms: _Optional[int] = ..., kind: _Optional[str] = ..., epoch: _Optional[int] = ..., cause: _Optional[str] = ...) -> None: ...
 
 class GroupDescription(_message.Message):
-    __slots__ = ("group_id", "state", "epoch", "target_epoch", "assignor", "subscribed_topics", "members", "offsets", "history", "coordinator")
+    __slots__ = ("group_id", "state", "epoch", "target_epoch", "assignor", "subscribed_topics", "members", "offsets", "history", "coordinator", "parallelism")
     class SubscribedTopicsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class ParallelismEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -448,6 +489,7 @@ class GroupDescription(_message.Message):
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
     HISTORY_FIELD_NUMBER: _ClassVar[int]
     COORDINATOR_FIELD_NUMBER: _ClassVar[int]
+    PARALLELISM_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     state: GroupState
     epoch: int
@@ -458,7 +500,8 @@ class GroupDescription(_message.Message):
     offsets: _containers.RepeatedCompositeFieldContainer[OffsetStatus]
     history: _containers.RepeatedCompositeFieldContainer[EpochChange]
     coordinator: str
-    def __init__(self, group_id: _Optional[str] = ..., state: _Optional[_Union[GroupState, str]] = ..., epoch: _Optional[int] = ..., target_epoch: _Optional[int] = ..., assignor: _Optional[str] = ..., subscribed_topics: _Optional[_Mapping[str, int]] = ..., members: _Optional[_Iterable[_Union[MemberDescription, _Mapping]]] = ..., offsets: _Optional[_Iterable[_Union[OffsetStatus, _Mapping]]] = ..., history: _Optional[_Iterable[_Union[EpochChange, _Mapping]]] = ..., coordinator: _Optional[str] = ...) -> None: ...
+    parallelism: _containers.ScalarMap[str, int]
+    def __init__(self, group_id: _Optional[str] = ..., state: _Optional[_Union[GroupState, str]] = ..., epoch: _Optional[int] = ..., target_epoch: _Optional[int] = ..., assignor: _Optional[str] = ..., subscribed_topics: _Optional[_Mapping[str, int]] = ..., members: _Optional[_Iterable[_Union[MemberDescription, _Mapping]]] = ..., offsets: _Optional[_Iterable[_Union[OffsetStatus, _Mapping]]] = ..., history: _Optional[_Iterable[_Union[EpochChange, _Mapping]]] = ..., coordinator: _Optional[str] = ..., parallelism: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class DescribeGroupResponse(_message.Message):
     __slots__ = ("error", "message", "group")

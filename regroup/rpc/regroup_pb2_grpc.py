@@ -94,6 +94,11 @@ class CoordinatorStub:
                 request_serializer=regroup_dot_rpc_dot_regroup__pb2.DeleteOffsetsRequest.SerializeToString,
                 response_deserializer=regroup_dot_rpc_dot_regroup__pb2.Ack.FromString,
                 _registered_method=True)
+        self.SetParallelism = channel.unary_unary(
+                '/regroup.v1.Coordinator/SetParallelism',
+                request_serializer=regroup_dot_rpc_dot_regroup__pb2.SetParallelismRequest.SerializeToString,
+                response_deserializer=regroup_dot_rpc_dot_regroup__pb2.Ack.FromString,
+                _registered_method=True)
         self.Topics = channel.unary_unary(
                 '/regroup.v1.Coordinator/Topics',
                 request_serializer=regroup_dot_rpc_dot_regroup__pb2.TopicsRequest.SerializeToString,
@@ -201,6 +206,13 @@ class CoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetParallelism(self, request, context):
+        """Key ranges per partition of a topic in a consumer group (1: whole partitions); live groups too.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Topics(self, request, context):
         """Topic metadata as the coordinator sees it; Refresh asks the log backend first.
         """
@@ -290,6 +302,11 @@ def add_CoordinatorServicer_to_server(servicer, server):
             'DeleteOffsets': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteOffsets,
                     request_deserializer=regroup_dot_rpc_dot_regroup__pb2.DeleteOffsetsRequest.FromString,
+                    response_serializer=regroup_dot_rpc_dot_regroup__pb2.Ack.SerializeToString,
+            ),
+            'SetParallelism': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetParallelism,
+                    request_deserializer=regroup_dot_rpc_dot_regroup__pb2.SetParallelismRequest.FromString,
                     response_serializer=regroup_dot_rpc_dot_regroup__pb2.Ack.SerializeToString,
             ),
             'Topics': grpc.unary_unary_rpc_method_handler(
@@ -636,6 +653,33 @@ class Coordinator:
             target,
             '/regroup.v1.Coordinator/DeleteOffsets',
             regroup_dot_rpc_dot_regroup__pb2.DeleteOffsetsRequest.SerializeToString,
+            regroup_dot_rpc_dot_regroup__pb2.Ack.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetParallelism(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/regroup.v1.Coordinator/SetParallelism',
+            regroup_dot_rpc_dot_regroup__pb2.SetParallelismRequest.SerializeToString,
             regroup_dot_rpc_dot_regroup__pb2.Ack.FromString,
             options,
             channel_credentials,

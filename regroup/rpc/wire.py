@@ -19,7 +19,7 @@ negative partitions or offsets) is the protocol core's validation, with the core
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 
 from google.protobuf.message import Message
 
@@ -126,27 +126,53 @@ def shards_to_pb(shards: Iterable[Shard], out: pb.ShardSet | None = None) -> pb.
     """Shards grouped by topic, topics and partitions sorted (a stable encoding)."""
     msg = pb.ShardSet() if out is None else out
     msg.SetInParent()  # an empty set is present, not "unchanged"
-    by_topic: dict[str, list[int]] = {}
+    by_topic: dict[str, list[Shard]] = {}
     for s in shards:
-        by_topic.setdefault(s.topic, []).append(s.partition)
+        by_topic.setdefault(s.topic, []).append(s)
     for topic in sorted(by_topic):
-        msg.topics.add(topic=topic, partitions=sorted(by_topic[topic]))
+        ss = sorted(by_topic[topic])
+        tp = msg.topics.add(topic=topic, partitions=[s.partition for s in ss if s.whole])
+        for s in ss:
+            if not s.whole:
+                tp.ranges.add(partition=s.partition, lo=s.lo, hi=s.hi)
     return msg
+
+
+def _range_shards(tp: pb.TopicPartitions) -> Iterator[Shard]:
+    return (Shard(tp.topic, r.partition, r.lo, r.hi) for r in tp.ranges)
 
 
 def shards_from_pb(msg: pb.ShardSet) -> ShardSet:
     """Shards as a set, a repeat folded in (answers, assignments; a heartbeat's owned list is
     `owned_from_pb`'s)."""
-    return frozenset(Shard(tp.topic, p) for tp in msg.topics for p in tp.partitions)
+    whole = frozenset(Shard(tp.topic, p) for tp in msg.topics for p in tp.partitions)
+    if not any(tp.ranges for tp in msg.topics):
+        return whole
+    return whole | frozenset(s for tp in msg.topics for s in _range_shards(tp))
 
 
 def owned_from_pb(msg: pb.ShardSet, max_owned: int = DEFAULT_MAX_OWNED) -> ShardSet:
     """A request's owned shards, refused (`WireError`, naming the partition) when listed twice or more
     than ``max_owned`` in all — counted before any shard is built, so a huge list costs nothing."""
+    ranges = sum(len(tp.ranges) for tp in msg.topics)
     try:
-        return shards_from_listing("owned", ((tp.topic, tp.partitions) for tp in msg.topics), max_owned)
+        whole = shards_from_listing("owned", ((tp.topic, tp.partitions) for tp in msg.topics),
+                                    max_owned - ranges)
     except ProtocolError as e:
         raise WireError(e.message) from e
+    if not ranges:
+        return whole
+    return whole | _unique_ranges(msg, "owned")
+
+
+def _unique_ranges(msg: pb.ShardSet, field: str) -> ShardSet:
+    out: set[Shard] = set()
+    for tp in msg.topics:
+        for s in _range_shards(tp):
+            if s in out:
+                raise WireError(f"{field} lists key range {s} twice; list each shard once")
+            out.add(s)
+    return frozenset(out)
 
 
 def _shard_list_from_pb(msg: pb.ShardSet, field: str = "shards", limit: int = DEFAULT_MAX_OWNED,
@@ -156,21 +182,34 @@ def _shard_list_from_pb(msg: pb.ShardSet, field: str = "shards", limit: int = DE
     shard is built, and the rest is sorted as integers, topic by topic, never as shards: a 16 MiB list
     of millions of partitions used to hold the event loop (and every other group) for tens of seconds
     before the core's limit refused it (found by `regroup chaos fuzz`)."""
-    listed = sum(len(tp.partitions) for tp in msg.topics)
+    listed = sum(len(tp.partitions) + len(tp.ranges) for tp in msg.topics)
     if listed > limit:
         raise WireError(f"{field} lists {listed} shards; the limit is {limit}")
     by_topic: dict[str, set[int]] = {}
     for tp in msg.topics:
         by_topic.setdefault(tp.topic, set()).update(tp.partitions)
-    return tuple(Shard(t, p) for t in sorted(by_topic) for p in sorted(by_topic[t]))
+    whole = tuple(Shard(t, p) for t in sorted(by_topic) for p in sorted(by_topic[t]))
+    if not any(tp.ranges for tp in msg.topics):
+        return whole
+    return tuple(sorted(set(whole) | {s for tp in msg.topics for s in _range_shards(tp)}))
+
+
+def _key_range(s: Shard) -> dict[str, int]:
+    """The wire's key-range fields of a shard: none for a whole partition (``key_hi`` 0)."""
+    return {} if s.whole else {"key_lo": s.lo, "key_hi": s.hi}
+
+
+def _shard_at(topic: str, partition: int, key_lo: int, key_hi: int) -> Shard:
+    return Shard(topic, partition) if key_hi == 0 else Shard(topic, partition, key_lo, key_hi)
 
 
 def _offsets_to_pb(offsets: Mapping[Shard, int]) -> list[pb.TopicOffsets]:
-    by_topic: dict[str, list[tuple[int, int]]] = {}
+    by_topic: dict[str, list[tuple[Shard, int]]] = {}
     for s, o in offsets.items():
-        by_topic.setdefault(s.topic, []).append((s.partition, o))
-    return [pb.TopicOffsets(topic=t, partitions=[pb.PartitionOffset(partition=p, offset=o)
-                                                 for p, o in sorted(by_topic[t])])
+        by_topic.setdefault(s.topic, []).append((s, o))
+    return [pb.TopicOffsets(topic=t, partitions=[pb.PartitionOffset(partition=s.partition, offset=o,
+                                                                    **_key_range(s))
+                                                 for s, o in sorted(by_topic[t])])
             for t in sorted(by_topic)]
 
 
@@ -182,7 +221,7 @@ def _offsets_from_pb(topics: Collection[pb.TopicOffsets], limit: int = DEFAULT_M
     out: dict[Shard, int] = {}
     for t in topics:
         for po in t.partitions:
-            shard = Shard(t.topic, po.partition)
+            shard = _shard_at(t.topic, po.partition, po.key_lo, po.key_hi)
             if shard in out:
                 raise WireError(f"offsets list {shard} twice; give each partition one offset")
             out[shard] = po.offset
@@ -310,14 +349,16 @@ def fetch_response_to_pb(resp: OffsetFetchResponse) -> pb.OffsetFetchResponse:
     by_topic: dict[str, list[pb.CommittedOffset]] = {}
     for s, c in sorted(resp.offsets.items()):
         by_topic.setdefault(s.topic, []).append(pb.CommittedOffset(
-            partition=s.partition, offset=c.offset, metadata=c.metadata, commit_epoch=c.commit_epoch))
+            partition=s.partition, offset=c.offset, metadata=c.metadata, commit_epoch=c.commit_epoch,
+            **_key_range(s)))
     return pb.OffsetFetchResponse(
         error=error_to_pb(resp.error), message=resp.message,
         topics=[pb.TopicCommitted(topic=t, partitions=ps) for t, ps in by_topic.items()])
 
 
 def fetch_response_from_pb(msg: pb.OffsetFetchResponse) -> OffsetFetchResponse:
-    offsets = {Shard(t.topic, c.partition): CommittedOffset(c.offset, c.metadata, c.commit_epoch)
+    offsets = {_shard_at(t.topic, c.partition, c.key_lo, c.key_hi):
+               CommittedOffset(c.offset, c.metadata, c.commit_epoch)
                for t in msg.topics for c in t.partitions}
     return OffsetFetchResponse(error_from_pb(msg.error), msg.message, offsets)
 
@@ -426,12 +467,12 @@ def _offset_status_to_pb(o: OffsetStatus) -> pb.OffsetStatus:
         topic=o.shard.topic, partition=o.shard.partition,
         committed_offset=-1 if o.committed is None else o.committed, metadata=o.metadata,
         commit_epoch=o.commit_epoch, log_end_offset=-1 if o.log_end_offset is None else o.log_end_offset,
-        lag=-1 if o.lag is None else o.lag, owner=o.owner or "")
+        lag=-1 if o.lag is None else o.lag, owner=o.owner or "", **_key_range(o.shard))
 
 
 def _offset_status_from_pb(msg: pb.OffsetStatus) -> OffsetStatus:
     return OffsetStatus(
-        shard=Shard(msg.topic, msg.partition),
+        shard=_shard_at(msg.topic, msg.partition, msg.key_lo, msg.key_hi),
         committed=None if msg.committed_offset < 0 else msg.committed_offset, metadata=msg.metadata,
         commit_epoch=msg.commit_epoch, log_end_offset=None if msg.log_end_offset < 0 else msg.log_end_offset,
         lag=None if msg.lag < 0 else msg.lag, owner=msg.owner or None)
@@ -441,7 +482,7 @@ def group_details_to_pb(d: GroupDetails) -> pb.GroupDescription:
     g = d.description
     return pb.GroupDescription(
         group_id=g.group_id, state=state_to_pb(g.state), epoch=g.epoch, target_epoch=g.target_epoch,
-        assignor=g.assignor, subscribed_topics=dict(g.subscribed_topics),
+        assignor=g.assignor, subscribed_topics=dict(g.subscribed_topics), parallelism=dict(g.parallelism),
         members=[_member_to_pb(m, d.clients.get(m.member_id)) for m in g.members],
         offsets=[_offset_status_to_pb(o) for o in d.offsets],
         history=[pb.EpochChange(at_unix_ms=h.at_unix_ms, kind=h.kind, epoch=h.epoch, cause=h.cause)
@@ -457,7 +498,7 @@ def group_details_from_pb(msg: pb.GroupDescription) -> GroupDetails:
         group_id=msg.group_id, state=state_from_pb(msg.state), epoch=msg.epoch,
         target_epoch=msg.target_epoch, assignor=msg.assignor,
         subscribed_topics=dict(sorted(msg.subscribed_topics.items())), members=members,
-        offsets=dict(sorted(committed.items())))
+        offsets=dict(sorted(committed.items())), parallelism=dict(sorted(msg.parallelism.items())))
     clients = {m.member_id: MemberClient(m.client_id, m.client_host, m.last_heartbeat_age_ms)
                for m in msg.members if m.client_id or m.client_host or m.last_heartbeat_age_ms >= 0}
     return GroupDetails(

@@ -209,6 +209,13 @@ class QueryMember:
                 self.boundary = self.boundary.released(action.shards)
                 self.membership.revocation_done(action.shards)
             elif isinstance(action, Assign):
+                ranged = sorted(str(s) for s in action.shards if not s.whole)
+                if ranged:  # reading a key range means filtering by key hash: not in the source yet
+                    raise SourceFatalError(
+                        f"regroup source, group {self.opts.group!r}: the group cuts partitions into key "
+                        f"ranges ({', '.join(ranged[:3])}...), which the PySpark source does not read yet; "
+                        "set the topics' parallelism back to 1 (regroup groups parallelism GROUP TOPIC 1) "
+                        "or read this group with regroup.Consumer")
                 try:
                     committed, starts = self.membership.where_to_begin(action.shards, self._reset, self.log)
                 except OffsetFetchError as e:  # where to begin is unknown: try at the next boundary

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from regroup.coordinator import codec
+from regroup.protocol.keyrange import ranges
 from regroup.protocol.records import (
     CurrentAssignment,
     CurrentAssignmentRecord,
@@ -18,6 +19,7 @@ from regroup.protocol.records import (
     MemberMetadataRecord,
     MemberStatus,
     OffsetRecord,
+    ParallelismRecord,
     Record,
     RegexRecord,
     SubscribedTopicsRecord,
@@ -46,7 +48,12 @@ from tests.protocol.streams.fake_members import Deployment
 
 text = st.text(max_size=10)
 opt = st.none() | text
-shard_sets = st.frozensets(st.builds(Shard, st.sampled_from(["a", "b\u00e9", "c\"q"]), st.integers(0, 99)))
+# Whole partitions, and key ranges of two parallelisms (regroup.protocol.keyrange).
+shards = st.builds(lambda t, p: Shard(t, p), st.sampled_from(["a", "b\u00e9", "c\"q"]),
+                   st.integers(0, 99)) | st.builds(
+    lambda t, p, r: Shard(t, p, *r), st.sampled_from(["a", "b\u00e9"]), st.integers(0, 99),
+    st.sampled_from(ranges(2) + ranges(3)))
+shard_sets = st.frozensets(shards)
 meta = st.builds(MemberMetadata, opt, opt, st.integers(1, 10**6), st.frozensets(text), opt, opt,
                  st.lists(text, max_size=2).map(tuple))
 current = st.builds(CurrentAssignment, st.integers(-2, 99), st.integers(-2, 99),
@@ -59,8 +66,9 @@ records: st.SearchStrategy[Record] = st.one_of(
     st.builds(TargetEpochRecord, text, st.integers(0, 99), text),
     st.builds(TargetMemberRecord, text, text, st.none() | shard_sets),
     st.builds(CurrentAssignmentRecord, text, text, st.none() | current),
-    st.builds(OffsetRecord, text, st.builds(Shard, text, st.integers(0, 99)),
+    st.builds(OffsetRecord, text, shards,
               st.none() | st.integers(0, 2**62), text, st.integers(-1, 99)),
+    st.builds(ParallelismRecord, text, text, st.none() | st.integers(2, 1024)),
 )
 
 
@@ -120,7 +128,7 @@ streams_records: st.SearchStrategy[StreamsRecord] = st.one_of(
     st.builds(StreamsTargetRecord, text, text, st.none() | member_tasks),
     st.builds(StreamsTargetEpochRecord, text, st.integers(0, 2**31 - 1)),
     st.builds(StreamsCurrentRecord, text, text, st.none() | streams_current),
-    st.builds(StreamsOffsetRecord, text, st.builds(Shard, text, st.integers(0, 99)),
+    st.builds(StreamsOffsetRecord, text, st.builds(lambda t, p: Shard(t, p), text, st.integers(0, 99)),
               st.none() | st.integers(0, 2**62), text, st.integers(-1, 99)),
 )
 
@@ -164,6 +172,9 @@ def _one_of_each() -> list[codec.AnyRecord]:
         CurrentAssignmentRecord("g", "m", CurrentAssignment(3, 2, MemberStatus.STABLE,
                                                             frozenset({Shard("t", 0)}), frozenset())),
         OffsetRecord("g", Shard("t", 0), 42, "meta", 3),
+        OffsetRecord("g", Shard("t", 0, 0, 1 << 31), 43, "meta", 3),
+        ParallelismRecord("g", "t", 4),
+        TargetMemberRecord("g", "m", frozenset({Shard("t", 1), Shard("t", 0, 0, 1 << 31)})),
         StreamsEpochRecord("sg", 4),
         TopologyRecord("sg", Topology.of({"join": ["views", "clicks"], "count": ["orders"]})),
         SourceTopicsRecord("sg", {"views": 4, "clicks": 4, "orders": 2}),
@@ -192,6 +203,9 @@ def test_every_record_type_round_trips() -> None:
 def test_stored_bytes_are_pinned() -> None:
     """The storage format: a change here breaks every store already written (FORMAT stays 1)."""
     assert [codec.encode(r) for r in _one_of_each()[8:]] == [
+        '["K","g","t",0,0,2147483648,43,"meta",3]',
+        '["P","g","t",4]',
+        '["t","g","m",{"t":[[0,0,2147483648],1]}]',
         '["sE","sg",4]',
         '["sY","sg",{"count":["orders"],"join":["clicks","views"]}]',
         '["sS","sg",{"clicks":4,"orders":2,"views":4}]',

@@ -12,6 +12,7 @@ from regroup.protocol.assignors.base import GroupSpec, MemberSpec
 from regroup.protocol.coordinator import DelegatedSpec
 from regroup.protocol.describe import GroupDescription, MemberDescription
 from regroup.protocol.errors import ErrorCode
+from regroup.protocol.keyrange import ranges
 from regroup.protocol.messages import (
     Ack,
     CommittedOffset,
@@ -34,7 +35,9 @@ text = st.text(max_size=12)
 ids = st.text(min_size=1, max_size=12)
 int32 = st.integers(-(2**31), 2**31 - 1)
 topic = st.sampled_from(["a", "b", "orders", "ü-topic"])
-shard = st.builds(Shard, topic, st.integers(0, 50))
+# Whole partitions, and key ranges of two parallelisms (regroup.protocol.keyrange).
+shard = st.builds(lambda t, p: Shard(t, p), topic, st.integers(0, 50)) | st.builds(
+    lambda t, p, r: Shard(t, p, *r), topic, st.integers(0, 50), st.sampled_from(ranges(2) + ranges(3)))
 shard_sets = st.frozensets(shard, max_size=8)
 opt = st.none() | text
 

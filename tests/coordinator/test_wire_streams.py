@@ -39,7 +39,8 @@ ids = st.text(min_size=1, max_size=12)
 opt = st.none() | text
 int32 = st.integers(-(2**31), 2**31 - 1)
 int64 = st.integers(-(2**63), 2**63 - 1)
-shard = st.builds(Shard, st.sampled_from(["in", "clicks", "ü-topic"]), st.integers(0, 2**31 - 1))
+shard = st.builds(lambda t, p: Shard(t, p), st.sampled_from(["in", "clicks", "ü-topic"]),
+                  st.integers(0, 2**31 - 1))
 task_offsets = st.dictionaries(task_ids, st.dictionaries(shard, int64, max_size=3), max_size=5)
 statuses = st.just(READY) | st.builds(GroupStatus, st.booleans(), st.lists(text, max_size=3).map(tuple))
 

@@ -54,7 +54,7 @@ class RangeAssignor:
         layouts: dict[tuple[tuple[int, ...], int], list[str]] = {}
         if len(classes) == 1:  # every topic has the one class: layouts by partition count alone
             names = sorted_topic_names(metadata, classes[0].topics)
-            counts = list(map(metadata.partitions.__getitem__, names))
+            counts = list(map(metadata.units.__getitem__, names))
             if counts.count(counts[0]) == len(counts):
                 layouts[((0,), counts[0])] = names
             else:
@@ -66,7 +66,7 @@ class RangeAssignor:
                 for t in cls.topics:
                     topic_classes.setdefault(t, []).append(ci)
             for t in sorted(topic_classes):
-                layouts.setdefault((tuple(sorted(topic_classes[t])), metadata.partitions[t]),
+                layouts.setdefault((tuple(sorted(topic_classes[t])), metadata.units[t]),
                                    []).append(t)
 
         class_of: dict[str, int] = {}

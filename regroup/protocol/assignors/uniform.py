@@ -212,9 +212,9 @@ class UniformAssignor:
                      currents: list[ShardSet], out: Assignment) -> None:
         sorted_topics = sorted_topic_names(metadata, topics)
         if len(sorted_topics) == len(metadata.partitions):
-            counts = tuple(metadata.partitions.values())  # the same order, see sorted_topic_names
+            counts = tuple(metadata.units.values())  # the same order, see sorted_topic_names
         else:
-            counts = tuple(map(metadata.partitions.__getitem__, sorted_topics))
+            counts = tuple(map(metadata.units.__getitem__, sorted_topics))
         total = sum(counts)
         held = sum(map(len, currents))
 
@@ -442,7 +442,7 @@ def _heterogeneous(metadata: TopicMetadata, component: list[SubscriptionClass],
         subs = [i for i in range(n) if member_class[i] in key_set]
         for t in ts:
             group_of_topic[t] = len(groups)
-        groups.append(_Group(ts, sum(metadata.partitions[t] for t in ts), subs))
+        groups.append(_Group(ts, sum(metadata.units[t] for t in ts), subs))
     # Kafka's topic order: most shards per subscriber first, then fewer subscribers, then name.
     order = sorted(range(len(groups)), key=lambda g: (-groups[g].size / len(groups[g].subscribers),
                                                       len(groups[g].subscribers), groups[g].topics[0]))

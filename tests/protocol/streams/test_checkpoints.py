@@ -366,8 +366,9 @@ def test_state_file_version_of_other_files_is_none(name: str) -> None:
 # ---------------------------------------------------------------- properties
 
 KAFKA_TOPICS = st.text(string.ascii_letters + string.digits + "._-", min_size=1, max_size=6)
-SMALL_SHARDS = st.builds(Shard, st.sampled_from(["a", "a-1", "a.b", "b", "a_1"]), st.integers(0, 2))
-ANY_SHARDS = st.one_of(SMALL_SHARDS, st.builds(Shard, KAFKA_TOPICS, st.integers(0, 10**6)))
+SMALL_SHARDS = st.builds(lambda t, p: Shard(t, p), st.sampled_from(["a", "a-1", "a.b", "b", "a_1"]),
+                         st.integers(0, 2))
+ANY_SHARDS = st.one_of(SMALL_SHARDS, st.builds(lambda t, p: Shard(t, p), KAFKA_TOPICS, st.integers(0, 10**6)))
 SMALL_OFFSETS = st.dictionaries(SMALL_SHARDS, st.integers(0, 3), max_size=5)
 OFFSETS = st.dictionaries(ANY_SHARDS, st.integers(0, 10**12), max_size=6)
 
