@@ -97,6 +97,10 @@ def _pct(xs: list[float], q: float) -> float | None:
 # --------------------------------------------------------------------------- members and their events
 
 
+class MemberCrashed(RuntimeError):
+    """A member's thread ended on an exception while the run needed it."""
+
+
 @dataclass
 class _Member:
     index: int
@@ -180,9 +184,31 @@ class _Run:
         for m in self.members:
             m.tail()
 
+    def check_alive(self) -> None:
+        """Raise `MemberCrashed` when a live member's thread ended on an exception (its ``error``
+        line): the group cannot settle without it, so waiting out a timeout would only hide why."""
+        for m in self.live():
+            for t, kind, rest in m.events:
+                if kind == "error":
+                    raise MemberCrashed(f"{self.system}: member {m.index} ended at {t:.3f}: {rest}; see "
+                                        f"{m.out} and {self.tmp / self.name}-*.err")
+
+    def commits_refused(self) -> int:
+        """How many periodic commits the coordinator refused (regroup members' ``commit-failed``)."""
+        return self._events("commit-failed")
+
+    def read_timeouts(self) -> int:
+        """How many of regroup members' ``consume`` calls ended on a timed-out log read."""
+        return self._events("read-timeout")
+
+    def _events(self, kind: str) -> int:
+        self.tail()
+        return sum(1 for m in self.members for _, k, _ in m.events if k == kind)
+
     def owned(self, partitions: int) -> bool:
         """Every partition owned by exactly one live member, by the members' own callbacks."""
         self.tail()
+        self.check_alive()
         live = self.live()
         return sum(len(m.owned) for m in live) == partitions and \
             set().union(*(m.owned for m in live)) == set(range(partitions))
@@ -260,6 +286,34 @@ class _Kafka:
     def grow(self, topic: str, total: int) -> None:
         from confluent_kafka.cimpl import NewPartitions
         self.admin.create_partitions([NewPartitions(topic, total)])[topic].result(timeout=60)
+
+    def warm_up(self, timeout: float = 180) -> float:
+        """Have the broker create its group-offsets topic (``__consumer_offsets``, 50 partitions) and
+        wait until its group coordinator answers; returns the seconds it took.
+
+        A fresh broker creates that topic on the first FindCoordinator, from any client with a
+        group.id — the first system's members, which then compete with 50 partitions being created
+        and loaded (25-44 s on the 2-core machine). regroup's Kafka-log consumers carry a group.id too
+        (librdkafka needs one, regroup never uses it), and regroup ran first: its first reads waited
+        for fetch answers through that window, some past the log's 30 s timeout. Done once, before
+        any system, so that no system pays for it (rule 3)."""
+        from confluent_kafka import KafkaError, KafkaException
+        t0 = time.monotonic()
+
+        def ready() -> bool:
+            try:
+                self.admin.describe_consumer_groups(["regroup-bench-warm-up"])[
+                    "regroup-bench-warm-up"].result(timeout=10)
+                return True
+            except KafkaException as e:  # a group that does not exist: the coordinator answered
+                err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
+                return err is not None and err.code() == KafkaError.GROUP_ID_NOT_FOUND
+            except Exception:  # not ready yet (coordinator loading, a timeout)
+                return False
+
+        if _wait(ready, timeout, 0.5) is None:
+            raise TimeoutError(f"the broker's group coordinator did not answer within {timeout} s")
+        return round(time.monotonic() - t0, 1)
 
     def _wait_count(self, topic: str, partitions: int) -> None:
         def seen() -> bool:
@@ -433,6 +487,7 @@ def _scale_out(kafka: _Kafka, run: _Run, s: Settings, members: int, partitions: 
             "uninvolved_members": len(uninvolved), "uninvolved_records_per_s_before": round(before),
             "uninvolved_records_per_s_during": round(during),
             "uninvolved_throughput_pct": round(100 * during / before, 1) if before else None,
+            "commits_refused": run.commits_refused(), "read_timeouts": run.read_timeouts(),
             "timed_out": t_stable is None}
 
 
@@ -542,6 +597,8 @@ def run_vs_kafka(scenarios: tuple[str, ...], systems: tuple[str, ...] = SYSTEMS,
         say("starting the Kafka broker")
         with start_kafka(config=broker_config(s), parent_dir=tmp, fast_start=False) as broker:
             kafka = _Kafka(broker.bootstrap)
+            say("creating the broker's group-offsets topic")
+            results["seconds_broker_warm_up"] = kafka.warm_up()
             for scenario in scenarios:
                 figures: dict[str, list[dict[str, Any]]] = {}
                 for r in range(runs):
@@ -551,7 +608,7 @@ def run_vs_kafka(scenarios: tuple[str, ...], systems: tuple[str, ...] = SYSTEMS,
                         run = _Run(system, broker.bootstrap, tmp, name, s, grace)
                         try:
                             figures.setdefault(label, []).append(_SCENARIO_FN[scenario](kafka, run, s))
-                        except TimeoutError as e:
+                        except (TimeoutError, MemberCrashed) as e:
                             figures.setdefault(label, []).append({"timed_out": True, "error": str(e)})
                         finally:
                             run.close()

@@ -14,7 +14,11 @@ Every member does the same work: it consumes batches of up to 200 records with a
 counts them. Each member writes to ``OUT-<i>.out`` the lines of :mod:`regroup.bench.rebalance_worker`:
 ``T member ID`` once it subscribed, ``T assign|revoke|lost P1,P2`` from its rebalance callbacks
 (incremental for all three systems), ``T first P`` when it handed out the first record of a
-partition after being assigned it, and every 100 ms ``T count N``. Times are wall-clock seconds.
+partition after being assigned it, and every 100 ms ``T count N``; a regroup member also writes
+``T commit-failed MESSAGE`` when the coordinator refused a periodic commit (it carries on, as Kafka's
+auto-commit does) and ``T read-timeout MESSAGE`` when a read of the Kafka log timed out in ``consume``
+(it polls again), and any member ``T error MESSAGE`` when its thread ended on an exception (a regroup
+member then closes its consumer, leaving the group). Times are wall-clock seconds.
 
 Usage: ``python -m regroup.bench.vs_kafka_worker SYSTEM BOOTSTRAP COORDINATOR TOPIC GROUP OUT
 FIRST_INDEX COUNT [--static ID] [--session-ms MS] [--heartbeat-ms MS] [--refresh-ms MS]``.
@@ -110,6 +114,8 @@ def _run_kafka(args: argparse.Namespace, out: _Out, instance: str | None, stop: 
 
 def _run_regroup(args: argparse.Namespace, out: _Out, instance: str | None, stop: threading.Event) -> None:
     from regroup import Consumer
+    from regroup.client.errors import CommitFailedError
+    from regroup.log.errors import LogTimeoutError
 
     def cb(kind: str) -> Callable[[Any, Any], None]:
         def f(_c: Any, shards: Any) -> None:
@@ -120,20 +126,39 @@ def _run_regroup(args: argparse.Namespace, out: _Out, instance: str | None, stop
                  topics=[args.topic], instance_id=instance, on_assign=cb("assign"),
                  on_revoke=cb("revoke"), on_lost=cb("lost"), max_batch_records=200)
     out.write("member", c.member_id)
-    count, last, committed = 0, time.time(), time.time()
-    while not stop.is_set():
-        batch = c.consume(200, 0.05)
-        count += len(batch)
-        if batch:
-            out.consumed({r.partition for r in batch})
-        now = time.time()
-        if now - last >= 0.1:
-            out.write("count", str(count))
-            count, last = 0, now
-        if now - committed >= 1.0:
-            c.commit()
-            committed = now
-    c.close()
+    try:
+        count, last, committed = 0, time.time(), time.time()
+        while not stop.is_set():
+            try:
+                batch = c.consume(200, 0.05)
+            except LogTimeoutError as e:
+                # A read of the Kafka log found no fetch answer in its 30 s (a broker overloaded, e.g.
+                # while it creates __consumer_offsets): nothing was handed out or moved, so poll again,
+                # as a Kafka consumer's poll does with a slow fetch. Counted in the figures.
+                out.write("read-timeout", str(e).replace("\n", " "))
+                batch = []
+            count += len(batch)
+            if batch:
+                out.consumed({r.partition for r in batch})
+            now = time.time()
+            if now - last >= 0.1:
+                out.write("count", str(count))
+                count, last = 0, now
+            if now - committed >= 1.0:
+                # A periodic commit the coordinator refuses is what Kafka's auto-commit does with one:
+                # say so and carry on (the next commit covers the same records). Letting it end the
+                # thread left a member that heartbeats but never polls: its revocations never happen,
+                # the group waits for its rebalance timeout (300 s) and never settles.
+                try:
+                    c.commit()
+                except CommitFailedError as e:
+                    out.write("commit-failed", str(e).replace("\n", " "))
+                committed = now
+    except BaseException as e:
+        out.write("error", f"{type(e).__name__}: {e}".replace("\n", " "))
+        raise
+    finally:
+        c.close()  # leave the group: a member whose thread ended must not keep heartbeating
 
 
 def main(argv: list[str]) -> None:

@@ -40,6 +40,7 @@ from regroup.client.partition import TopicPartition, offsets_by_partition, offse
 from regroup.client.ranges import KeyRanges, Ranged, Scanned
 from regroup.log import open_log
 from regroup.log.base import ConsumedRecord, PartitionedLog
+from regroup.log.errors import LogTimeoutError
 from regroup.protocol.driver import Backlog, OffsetReset, commit_before_release, held_when_lost
 from regroup.protocol.member import Action, Assign, Fatal, Lost, MemberStateMachine, Revoke
 from regroup.protocol.shard import Shard, ShardSet
@@ -280,11 +281,15 @@ class Consumer:
             pos = self._positions.get(shard)
             if pos is None:
                 continue
-            if shard in self._ranges:
-                if self._fill_ranges(shard):
-                    return True
+            try:
+                if shard in self._ranges:
+                    if self._fill_ranges(shard):
+                        return True
+                    continue
+                recs = self._log.read(shard.topic, shard.partition, pos, self._max_batch)
+            except LogTimeoutError as e:  # a slow broker is no reason to end the user's poll loop
+                log.warning("reading %s from offset %d: %s; trying again on a later poll", shard, pos, e)
                 continue
-            recs = self._log.read(shard.topic, shard.partition, pos, self._max_batch)
             if recs:
                 self._buffer.extend(recs)
                 return True

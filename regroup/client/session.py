@@ -41,6 +41,11 @@ log = logging.getLogger("regroup.session")
 _Answer = TypeVar("_Answer", Ack, OffsetFetchResponse)
 
 
+#: How long a commit or offset fetch refused with STALE_MEMBER_EPOCH waits for the heartbeat answer
+#: that brings the member's newer epoch (the heartbeat request's own deadline is 10 s).
+STALE_EPOCH_WAIT_S = 15.0
+
+
 def now_ms() -> int:
     return int(time.monotonic() * 1000)
 
@@ -85,6 +90,10 @@ class Session(Generic[M]):
         self._actions: deque[Any] = deque()
         self._changed = threading.Condition(self._lock)
         self._contact = Contact()
+        #: How often the member went from a real epoch back to joining or leaving (lost its
+        #: membership); a commit refused as stale is only sent again if this did not move meanwhile.
+        self._resets = 0
+        self._last_epoch = machine.epoch
         self._closed = False
         self._stream: Any = None  # the open nudge stream, cancelled on close
         self._heartbeater = threading.Thread(target=self._heartbeat_loop, name="regroup-heartbeat",
@@ -176,21 +185,45 @@ class Session(Generic[M]):
             CommitFailedError)
 
     def _with_fresh_epoch(self, send: Callable[[int], _Answer], refused: type[ConsumerError]) -> _Answer:
-        """``send(current epoch)``; once more after STALE_MEMBER_EPOCH, which only means that the
-        heartbeat response carrying the new epoch has not arrived yet. Any other error, or the
-        coordinator out of reach, raises ``refused``."""
-        for attempt in range(2):
+        """``send(current epoch)``; again after each STALE_MEMBER_EPOCH once the heartbeat answer
+        carrying the member's newer epoch has arrived, for at most `STALE_EPOCH_WAIT_S`.
+
+        STALE_MEMBER_EPOCH means the coordinator moved this member to a newer epoch in a heartbeat
+        whose answer is still on its way (or was lost): a heartbeat is asked for at once, and the
+        request is sent again at the epoch it brings — but only while the member stayed in the group
+        (an answer that fenced it means its partitions may belong to another member now). Any other
+        error, no newer epoch in time, or the coordinator out of reach, raises ``refused``. (A single
+        retry after 50 ms was not enough on a loaded machine: the heartbeat answer took longer, the
+        commit failed although the member owned every partition it committed.)
+        """
+        deadline = time.monotonic() + STALE_EPOCH_WAIT_S
+        while True:
+            with self._lock:
+                epoch, resets = self._machine.epoch, self._resets
             try:
-                answer = send(self.epoch)
+                answer = send(epoch)
             except CoordinatorUnavailable as e:
                 raise refused(f"coordinator unavailable: {e}") from e
             if answer.error is ErrorCode.NONE:
                 return answer
-            if answer.error is ErrorCode.STALE_MEMBER_EPOCH and attempt == 0:
-                time.sleep(0.05)  # a new epoch is on its way in a heartbeat response
-                continue
-            raise refused(answer.message, answer.error)
-        raise AssertionError("unreachable")
+            stale = answer.error is ErrorCode.STALE_MEMBER_EPOCH
+            if not stale or not self._newer_epoch(epoch, resets, deadline):
+                raise refused(answer.message, answer.error)
+
+    def _newer_epoch(self, sent: int, resets: int, deadline: float) -> bool:
+        """Ask for a heartbeat now and wait (until ``deadline``) for the member's epoch to move past
+        ``sent`` without the member having lost its membership since; whether it did."""
+        with self._lock:
+            if self._machine.epoch == sent:
+                self._machine.nudge(now_ms())
+        self._wake.set()
+
+        def moved() -> bool:
+            return self._resets != resets or self._machine.epoch != sent or _finished(self._machine)
+
+        self.wait(moved, max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            return self._resets == resets and self._machine.epoch > sent and not _finished(self._machine)
 
     # ------------------------------------------------------------------ leaving
     def leave(self, timeout: float, on_actions: Callable[[list[Any]], None] | None = None,
@@ -230,8 +263,13 @@ class Session(Generic[M]):
         raise NotImplementedError
 
     def _enqueue(self, actions: Sequence[Any]) -> None:
+        """Queue the machine's ``actions`` (called under the lock after every call into the machine)."""
         if actions:
             self._actions.extend(actions)
+        epoch = self._machine.epoch
+        if epoch <= 0 < self._last_epoch:  # fenced, session lost or left: a rejoin starts over
+            self._resets += 1
+        self._last_epoch = epoch
         self._changed.notify_all()
 
     def _heartbeat_loop(self) -> None:

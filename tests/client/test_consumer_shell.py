@@ -192,3 +192,46 @@ def test_a_member_cut_off_from_the_coordinator_hands_out_nothing_but_still_gives
     after = c.consume(10, timeout=0.5)
     assert not c.paused and after and {r.partition for r in after} == {1}
     assert after[0].offset == 0, "records read before the pause are handed out after it, none skipped"
+
+
+def test_key_ranges_read_the_partition_once_keep_their_keys_in_order_and_commit_per_range(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from regroup.protocol.keyrange import key_hash, range_shards
+    lg = open_log(str(tmp_path / "ranged"))
+    lg.create_topic("t", 1)
+    keys = [f"k{i % 7}".encode() for i in range(40)]
+    lg.produce("t", 0, [LogRecord(k, str(i).encode(), 0) for i, k in enumerate(keys)])
+    lo, mid, hi = range_shards("t", 0, 3)
+    events: list[tuple[str, set[Any]]] = []
+    c, m = make(lg, monkeypatch, events)
+    m.committed = {Shard("t", 0): 10}  # the whole partition was done up to 10 before the split
+    # the coordinator answers a range's fetch with the fragments overlapping it
+    monkeypatch.setattr(m, "fetch_committed", lambda shards: dict(m.committed))
+    m.actions = [Assign(frozenset({lo, hi}))]
+    got = []
+    while batch := c.consume(100, 0.2):
+        got += batch
+    mine = [o for o in range(10, 40) if not mid.lo <= key_hash(keys[o], o) < mid.hi]
+    assert [r.offset for r in got] == mine  # offset order, so every key in order; nothing of mid
+    assert c.shards() == {lo, hi} and c.assignment() == {TopicPartition("t", 0)}
+    c.commit()
+    assert m.commits[-1] == {lo: 40, hi: 40}  # both ranges moved past what the read covered
+    lg.close()
+
+
+def test_a_read_timeout_is_no_reason_to_end_the_poll_loop(
+        log: PartitionedLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    from regroup.log.errors import LogTimeoutError
+    c, m = make(log, monkeypatch, [])
+    m.actions = [Assign(frozenset({A}))]
+    real, calls = log.read, []
+
+    def slow_once(*a: Any) -> Any:
+        calls.append(a)
+        if len(calls) == 1:
+            raise LogTimeoutError("no fetch answer in 30 s")
+        return real(*a)
+
+    monkeypatch.setattr(log, "read", slow_once)
+    assert [r.offset for r in c.consume(3, 5.0)] == [0, 1, 2]  # the timeout is logged, the read retried
+    assert len(calls) == 2
