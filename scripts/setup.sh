@@ -41,3 +41,7 @@ fi
 # (returns at once when already fetched). Everything else works without it.
 bash scripts/kafka/fetch.sh || echo "note: Apache Kafka could not be fetched; the Kafka tests will fail" \
   "(REGROUP_SKIP_KAFKA=1 skips them). Run bash scripts/kafka/fetch.sh to retry." >&2
+# A single-node HDFS (Hadoop's MiniDFSCluster) for the task-mode state-root tests: jars from Maven
+# Central, cached in .cache/hdfs (returns at once when already fetched). Everything else works without it.
+bash scripts/hdfs/fetch.sh || echo "note: Hadoop's MiniDFSCluster could not be fetched; the HDFS tests will" \
+  "fail (REGROUP_SKIP_HDFS=1 skips them). Run bash scripts/hdfs/fetch.sh to retry." >&2

@@ -13,43 +13,50 @@ created, so moving a task's state is copying one batch of its checkpoint into a 
 
 Spark writes every file of a checkpoint by renaming a finished temporary file, and removes old
 versions in the background; a file that vanishes during the copy makes the copy start again.
-Only a filesystem path is supported as the state root (a local directory, or a shared filesystem
-mounted on every member); object stores and HDFS would need Hadoop's FileSystem API here.
+
+The file calls go through `StatePath` (`regroup.spark.tasks.statepath`): a local directory, or any
+Hadoop filesystem through the driver's JVM. The functions also take a plain local path.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
+import os
 import uuid
-from pathlib import Path
+from pathlib import PurePosixPath
 
 from regroup.protocol.microbatch import parse_shard_key
 from regroup.protocol.shard import Shard
 from regroup.protocol.streams.checkpoints import state_file_version
+from regroup.spark.tasks.statepath import StatePath, state_path
 
 __all__ = ["CheckpointError", "batch_ends", "copy_batch", "last_committed_batch", "lineage_begin"]
 
 _COPY_ATTEMPTS = 5
+
+#: A checkpoint directory: a `StatePath`, or a local path.
+Location = StatePath | str | os.PathLike[str]
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint cannot be read or copied (missing, corrupt, or written by another source)."""
 
 
-def _batch_ids(log_dir: Path) -> list[int]:
-    if not log_dir.is_dir():
+def _batch_ids(log_dir: StatePath) -> list[int]:
+    try:
+        entries = log_dir.iterdir()
+    except (FileNotFoundError, NotADirectoryError):
         return []
-    return sorted(int(p.name) for p in log_dir.iterdir() if p.name.isdigit())
+    return sorted(int(p.name) for p in entries if p.name.isdigit())
 
 
-def last_committed_batch(checkpoint: Path) -> int | None:
+def last_committed_batch(checkpoint: Location) -> int | None:
     """The last batch Spark finished (its commit log), or None before the first one."""
-    ids = _batch_ids(checkpoint / "commits")
+    ids = _batch_ids(state_path(checkpoint) / "commits")
     return ids[-1] if ids else None
 
 
-def batch_ends(checkpoint: Path, batch: int) -> dict[Shard, int] | None:
+def batch_ends(checkpoint: Location, batch: int) -> dict[Shard, int] | None:
     """The end offsets the task source logged for ``batch`` (None if the batch is not logged).
 
     An offset-log file is ``v1``, a line of batch metadata, then one line per source: ours is the
@@ -58,7 +65,7 @@ def batch_ends(checkpoint: Path, batch: int) -> dict[Shard, int] | None:
     return None if logged is None else logged[0]
 
 
-def lineage_begin(checkpoint: Path, batch: int) -> dict[Shard, int] | None:
+def lineage_begin(checkpoint: Location, batch: int) -> dict[Shard, int] | None:
     """Where the checkpoint's first batch began, as logged with ``batch`` (None: not logged, or
     logged by a version that did not record it). A query started on a copy must be given it: Spark
     runs an unfinished batch 0 again from the source's initial offset, not from the log."""
@@ -66,8 +73,8 @@ def lineage_begin(checkpoint: Path, batch: int) -> dict[Shard, int] | None:
     return None if logged is None else logged[1]
 
 
-def _logged(checkpoint: Path, batch: int) -> tuple[dict[Shard, int], dict[Shard, int] | None] | None:
-    path = checkpoint / "offsets" / str(batch)
+def _logged(checkpoint: Location, batch: int) -> tuple[dict[Shard, int], dict[Shard, int] | None] | None:
+    path = state_path(checkpoint) / "offsets" / str(batch)
     try:
         lines = path.read_text().splitlines()
     except FileNotFoundError:
@@ -97,9 +104,12 @@ def _positions(raw: dict[str, object]) -> dict[Shard, int]:
     return out
 
 
-def copy_batch(source: Path, target: Path, batch: int) -> None:
+def copy_batch(source: Location, target: Location, batch: int) -> None:
     """Copy ``batch`` of the checkpoint at ``source`` into the new directory ``target`` (see the
-    module docstring). ``target`` must not exist; it appears only complete (renamed into place)."""
+    module docstring). ``target`` must not exist; it appears only complete (copied into a temporary
+    directory beside it, then renamed: atomic on a local disk and HDFS, see
+    `regroup.spark.tasks.hadoop` for object stores)."""
+    source, target = state_path(source), state_path(target)
     if target.exists():
         raise CheckpointError(f"cannot copy a checkpoint into {target}: it exists")
     if not (source / "offsets" / str(batch)).exists():
@@ -108,7 +118,7 @@ def copy_batch(source: Path, target: Path, batch: int) -> None:
     temporary = target.with_name(target.name + ".copying")
     try:
         for attempt in range(_COPY_ATTEMPTS):
-            shutil.rmtree(temporary, ignore_errors=True)
+            temporary.remove()
             try:
                 _copy_once(source, temporary, batch)
             except FileNotFoundError:
@@ -116,47 +126,43 @@ def copy_batch(source: Path, target: Path, batch: int) -> None:
                     raise CheckpointError(f"{source} kept changing while it was copied "
                                           f"({_COPY_ATTEMPTS} attempts)") from None
                 continue
-            temporary.rename(target)
+            temporary.rename_to(target)
             return
     finally:
-        shutil.rmtree(temporary, ignore_errors=True)
+        temporary.remove()
 
 
-def _copy_once(source: Path, target: Path, batch: int) -> None:
+def _copy_once(source: StatePath, target: StatePath, batch: int) -> None:
     committed = [b for b in _batch_ids(source / "commits") if b <= batch]
     newest_version = (committed[-1] + 1) if committed else 0
-    for path in sorted(source.rglob("*")):
-        rel = path.relative_to(source)
-        if path.is_dir():
-            continue
+    for name, path in source.files():
+        rel = PurePosixPath(name)
         if not _wanted(rel, batch, newest_version):
             continue
-        out = target / rel
-        out.parent.mkdir(parents=True, exist_ok=True)
-        if rel == Path("metadata"):
-            _write_metadata(path, out)
+        if name == "metadata":
+            _write_metadata(path, target / name)
         else:
-            shutil.copy2(path, out)
+            path.copy_to(target / name)
     for log in ("offsets", "commits"):
-        (target / log).mkdir(parents=True, exist_ok=True)
+        (target / log).mkdir()
 
 
-def _wanted(rel: Path, batch: int, newest_version: int) -> bool:
+def _wanted(rel: PurePosixPath, batch: int, newest_version: int) -> bool:
     name = rel.name
     if name.endswith(".tmp") or ".tmp." in name or (name.startswith(".") and name.endswith(".tmp.crc")):
         return False  # Spark's temporary files: not written completely
     if rel.parts[0] in ("offsets", "commits") and len(rel.parts) == 2:
         bare = name[1:-4] if name.startswith(".") and name.endswith(".crc") else name
         return not bare.isdigit() or int(bare) <= batch
-    if rel in (Path("metadata"), Path(".metadata.crc")):
-        return rel == Path("metadata")  # rewritten (new id): its old checksum would not match
+    if rel in (PurePosixPath("metadata"), PurePosixPath(".metadata.crc")):
+        return rel == PurePosixPath("metadata")  # rewritten (new id): its old checksum would not match
     if rel.parts[0] == "state":
         version = state_file_version(name)
         return version is None or version <= newest_version
     return True
 
 
-def _write_metadata(path: Path, out: Path) -> None:
+def _write_metadata(path: StatePath, out: StatePath) -> None:
     """The query's metadata with a new query id (Spark refuses two active queries with one id)."""
     try:
         meta = json.loads(path.read_text())

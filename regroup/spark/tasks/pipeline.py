@@ -75,6 +75,7 @@ from regroup.rpc.client import CoordinatorClient
 from regroup.spark.tasks.checkpoint import batch_ends, copy_batch, last_committed_batch, lineage_begin
 from regroup.spark.tasks.control import Control, read_ack, write_control
 from regroup.spark.tasks.source import task_offset
+from regroup.spark.tasks.statepath import StatePath, local_run_directory, open_state_root
 
 __all__ = ["BuildFn", "SinkFn", "StreamsPipeline", "StreamsPipelineError", "TaskBatch"]
 
@@ -166,14 +167,16 @@ class StreamsPipeline:
         self.max_records_per_trigger = max_records_per_trigger
         self.refresh_ms, self.park_ms = refresh_ms, park_ms
         self.rebalance_timeout_ms = rebalance_timeout_ms
-        self.root = Path(state) / group
-        self.root.mkdir(parents=True, exist_ok=True)
+        # A local directory or any Hadoop filesystem's URI (statepath); checked here, so that a
+        # bad or unreachable root fails streams(...) with its name.
+        self.root: StatePath = open_state_root(spark, state) / group
+        self.root.mkdir()
         self.process_id = _process_id(self.root, instance_id)
         self.member_id = str(uuid.uuid4())
-        # The control files of this incarnation's readers. Per incarnation: a static member's
-        # replacement may start while the old one is still stopping its queries, whose readers
-        # read their own files.
-        self.run_dir = self.root / "run" / self.process_id / self.member_id
+        # The control files of this incarnation's readers, on this machine. Per incarnation: a
+        # static member's replacement may start while the old one is still stopping its queries,
+        # whose readers read their own files.
+        self.run_dir = local_run_directory(spark, self.root) / self.process_id / self.member_id
         _remove_stale_runs(self.run_dir.parent)
         self.run_dir.mkdir(parents=True)
         self._machine = StreamsMemberStateMachine(
@@ -398,7 +401,7 @@ class StreamsPipeline:
         df = self.spark.readStream.format("regroup-task").options(**opts).load()
         result = self.build(df, q.task)
         q.handle = (result.writeStream.foreachBatch(self._on_batch_of(q)).outputMode(self.output_mode)
-                    .option("checkpointLocation", str(self.root / q.directory))
+                    .option("checkpointLocation", (self.root / q.directory).uri)
                     .queryName(f"{self.group}.{q.task}.{q.directory.rsplit('/', 1)[-1]}")
                     .trigger(processingTime=f"{self.trigger_ms} milliseconds").start())
         log.info("task %s: %s query started on %s at %s", q.task, q.role, q.directory, _fmt(q.ends))
@@ -607,24 +610,26 @@ class StreamsPipeline:
 
     def _prune(self, task: TaskId, keep: set[str]) -> None:
         """Remove this process's older copies of ``task`` (not the one of record, not the new one)."""
-        base = self.root / "tasks" / str(task)
-        if not base.is_dir():
+        try:
+            copies = (self.root / "tasks" / str(task)).iterdir()
+        except FileNotFoundError:
             return
-        for d in base.iterdir():
+        for d in copies:
             rel = f"tasks/{task}/{d.name}"
             if directory_owner(rel) == self.process_id and rel not in keep:
-                shutil.rmtree(d, ignore_errors=True)
+                d.remove()
 
     def _scan_dormant(self) -> None:
         """Copies this process left on disk in earlier runs (a static member's restart)."""
-        base = self.root / "tasks"
-        if not base.is_dir():
+        try:
+            task_dirs = (self.root / "tasks").iterdir()
+        except FileNotFoundError:
             return
-        for task_dir in sorted(base.iterdir()):
+        for task_dir in sorted(task_dirs, key=lambda d: d.name):
             sub, _, part = task_dir.name.rpartition("_")
             if not part.isdigit():
                 continue
-            for d in sorted(task_dir.iterdir()):
+            for d in sorted(task_dir.iterdir(), key=lambda d: d.name):
                 if directory_owner(d.name) != self.process_id or d.name.endswith(".copying"):
                     continue
                 done = last_committed_batch(d)
@@ -638,20 +643,23 @@ def _has_state(q: _TaskQuery) -> bool:
     return q.role not in (WARMUP, STANDBY) or position_known(q.batches, q.ends, q.limit)
 
 
-def _process_id(root: Path, instance_id: str | None) -> str:
+def _process_id(root: StatePath, instance_id: str | None) -> str:
     """A static member keeps its process id (so its copies on disk are known to be its own); a
     dynamic member is a new process every time."""
     if instance_id is None:
         return uuid.uuid4().hex
     name = hashlib.sha256(instance_id.encode()).hexdigest()[:32]  # any instance id is a safe file name
     path = root / "members" / f"{name}.process-id"
-    if path.exists() and path.read_text().strip():
-        return path.read_text().strip()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        if known := path.read_text().strip():
+            return known
+    except FileNotFoundError:
+        pass
     pid = uuid.uuid4().hex
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_name(f"{name}.{pid}.tmp")
     tmp.write_text(pid + "\n")
-    tmp.replace(path)
+    path.remove()  # an empty file left by a crash (a rename does not replace a file on HDFS)
+    tmp.rename_to(path)
     return pid
 
 
