@@ -29,7 +29,6 @@ import argparse
 import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,8 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from regroup.testing.serving import serve_until_signal
 
 __all__ = ["HADOOP_VERSION", "HdfsStartError", "HdfsUnavailableError", "MiniHdfs", "hdfs_home", "start_hdfs"]
 
@@ -234,21 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"HDFS (Hadoop {HADOOP_VERSION}) serving at {hdfs.uri}; started in {hdfs.start_seconds:.1f} s; "
           f"log {hdfs.log_path}; Ctrl-C stops it", flush=True)
-    stopping = False
-
-    def on_signal(_signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    try:
-        while not stopping and hdfs.process.poll() is None:
-            time.sleep(0.2)
-    finally:
-        code = hdfs.stop()
-    print(f"stopped (exit {code})" + (f"; files kept in {hdfs.work_dir}" if args.keep else ""))
-    return 0 if stopping else 1
+    return serve_until_signal(hdfs.process, hdfs.stop, args.keep, hdfs.work_dir)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from regroup.testing.serving import serve_until_signal
+
 __all__ = [
     "KAFKA_VERSION",
     "KafkaBroker",
@@ -484,21 +486,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Apache Kafka {KAFKA_VERSION} serving on {broker.bootstrap} "
           f"(log spec kafka://{broker.bootstrap}); started in {broker.start_seconds:.1f} s; "
           f"log {broker.log_path}; Ctrl-C stops it", flush=True)
-    stopping = False
-
-    def on_signal(_signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    try:
-        while not stopping and broker.process.poll() is None:
-            time.sleep(0.2)
-    finally:
-        code = broker.stop()
-    print(f"stopped (exit {code})" + (f"; files kept in {broker.work_dir}" if args.keep else ""))
-    return 0 if stopping else 1
+    return serve_until_signal(broker.process, broker.stop, args.keep, broker.work_dir)
 
 
 if __name__ == "__main__":
