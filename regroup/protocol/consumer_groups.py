@@ -120,6 +120,7 @@ from regroup.protocol.timers import DueTimer, MemberKey, TimerKind, Timers
 from regroup.protocol.topics import TopicMetadata
 from regroup.protocol.validation import (
     check_id,
+    check_name,
     validate_commit,
     validate_fetch,
     validate_group_shards,
@@ -667,7 +668,7 @@ class ConsumerGroups:
         new range resumes from the committed fragments it overlaps (`regroup.protocol.keyrange`)."""
         try:
             check_id("group_id", group_id, self.config)
-            check_id("topic", topic, self.config)
+            check_name("topic", topic, self.config.max_topic_name_length, "topic name")
             if not isinstance(parallelism, int) or not 1 <= parallelism <= MAX_PARALLELISM:
                 raise ProtocolError(ErrorCode.INVALID_REQUEST,
                                     f"parallelism must be 1..{MAX_PARALLELISM} key ranges per partition, "

@@ -25,7 +25,7 @@ rules between them:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from regroup.protocol.assignors.base import AssignorRegistry
 from regroup.protocol.causes import GroupDeleted
@@ -36,6 +36,7 @@ from regroup.protocol.errors import ErrorCode, ProtocolError
 from regroup.protocol.messages import (
     JOIN_EPOCH,
     Ack,
+    CommittedOffset,
     HeartbeatRequest,
     HeartbeatResponse,
     OffsetCommitRequest,
@@ -141,7 +142,7 @@ class Coordinator:
             gone.append(GroupEpochRecord(gid, None))
             for r in gone:
                 apply(self.consumer.groups, r)
-            adopted = self.streams.adopt_offsets(gid, moved)
+            adopted = self.streams.adopt_offsets(gid, _whole_partitions(moved))
             deleted = Outcome(None, tuple(gone), epoch_events=(GroupDeleted(gid),))
             # The consumer group's end comes first: whoever reads the events in order (the epoch
             # history, the dashboard's timeline) drops what it kept under the id before the streams
@@ -190,21 +191,29 @@ class Coordinator:
     # ---------------------------------------------------------------- offsets and admin
     def commit_offsets(self, req: OffsetCommitRequest, now: int) -> Outcome[Ack]:
         if req.group_id in self.streams.groups:
+            if (refused := _key_ranges_refused(req.group_id, req.offsets)) is not None:
+                return Outcome(refused)
             return self.streams.commit_offsets(req, now)
         return self.consumer.commit_offsets(req, now)
 
     def reset_offsets(self, req: OffsetResetRequest, now: int) -> Outcome[Ack]:
         if req.group_id in self.streams.groups:
+            if (refused := _key_ranges_refused(req.group_id, req.offsets)) is not None:
+                return Outcome(refused)
             return self.streams.reset_offsets(req, now)
         return self.consumer.reset_offsets(req, now)
 
     def fetch_offsets(self, req: OffsetFetchRequest) -> OffsetFetchResponse:
         if req.group_id in self.streams.groups:
+            if (refused := _key_ranges_refused(req.group_id, req.shards or ())) is not None:
+                return OffsetFetchResponse(refused.error, refused.message)
             return self.streams.fetch_offsets(req)
         return self.consumer.fetch_offsets(req)
 
     def delete_offsets(self, group_id: str, shards: tuple[Shard, ...] | None) -> Outcome[Ack]:
         if group_id in self.streams.groups:
+            if (refused := _key_ranges_refused(group_id, shards or ())) is not None:
+                return Outcome(refused)
             return self.streams.delete_offsets(group_id, shards)
         return self.consumer.delete_offsets(group_id, shards)
 
@@ -244,6 +253,27 @@ class Coordinator:
 
     def watch(self, group_id: str, member_id: str) -> Ack:
         return self.consumer.watch(group_id, member_id)
+
+
+def _key_ranges_refused(group_id: str, shards: Iterable[Shard]) -> Ack | None:
+    """Streams groups keep offsets per whole partition: a key range named for one is refused (its
+    records could not even say which range they were)."""
+    ranged = sorted(str(s) for s in shards if not s.whole)
+    if not ranged:
+        return None
+    return Ack(ErrorCode.INVALID_REQUEST, f"group {group_id!r} is a streams group, whose offsets are per "
+               f"whole partition; key ranges ({', '.join(ranged[:3])}) are a consumer-group setting")
+
+
+def _whole_partitions(offsets: Mapping[Shard, CommittedOffset]) -> dict[Shard, CommittedOffset]:
+    """A consumer group's offsets as a streams group keeps them: a partition kept in key-range
+    fragments resumes at its lowest (at least once for the keys the others had passed)."""
+    out: dict[Shard, CommittedOffset] = {}
+    for s, c in sorted(offsets.items()):
+        whole = Shard(s.topic, s.partition)
+        if whole not in out or c.offset < out[whole].offset:
+            out[whole] = c
+    return out
 
 
 def _other_kind(group_id: str, kind: str) -> str:

@@ -276,3 +276,23 @@ class LiveGroup(RuleBasedStateMachine):
 
 LiveGroup.TestCase.settings = settings(max_examples=150, stateful_step_count=40)
 test_live_group_with_changing_parallelism = LiveGroup.TestCase
+
+
+def test_a_streams_group_refuses_key_ranges_and_adopts_fragments_as_whole_partitions() -> None:
+    """Found by `regroup chaos fuzz`: an operator's key-range offsets on an empty consumer group were
+    handed to the streams group that took the id over, whose records keep whole partitions only —
+    a restart replayed to different offsets."""
+    from regroup.protocol.messages import OffsetResetRequest
+    h = Harness(topics={"t": 1})
+    lo, hi = range_shards("t", 0, 2)
+    assert h.keep(h.coord.reset_offsets(OffsetResetRequest("sg", {lo: 7, hi: 9}), h.now)).response.error \
+        is ErrorCode.NONE
+    joined = h.keep(h.coord.streams_heartbeat(StreamsHeartbeatRequest(
+        "sg", "m", 0, process_id="p", rebalance_timeout_ms=1000, topology=Topology.of({"s": ["t"]})), h.now))
+    assert joined.response.error is ErrorCode.NONE
+    fetched = h.coord.fetch_offsets(OffsetFetchRequest("sg"))
+    assert {s: c.offset for s, c in fetched.offsets.items()} == {Shard("t", 0): 7}  # the lowest fragment
+    refused = h.coord.reset_offsets(OffsetResetRequest("sg", {lo: 3}), h.now).response
+    assert refused.error is ErrorCode.INVALID_REQUEST and "streams group" in refused.message
+    restored = Coordinator.recover(h.log, h.now, topics=TopicMetadata({"t": 1}))
+    assert dict(restored.fetch_offsets(OffsetFetchRequest("sg")).offsets) == dict(fetched.offsets)
