@@ -166,6 +166,8 @@ def test_any_history_of_parallelisms_processes_every_record_exactly_once(
     assert processed == Counter(range(RECORDS)), "lost or repeated records"
     for key, offsets in order_seen.items():
         assert offsets == sorted(offsets), f"key {key!r} out of order"
-    # the last parallelism's ranges, each at the end: a range's own fragment, one record per commit
-    assert {f: c.offset for f, c in committed.items()} == dict.fromkeys(range_shards("t", 0, steps[-1][0]),
-                                                                        RECORDS)
+    # every fragment at the end, and together they tile the partition's key space
+    assert {c.offset for c in committed.values()} == {RECORDS}
+    spans = sorted((f.lo, f.hi) for f in committed)
+    assert spans[0][0] == 0 and spans[-1][1] == KEY_SPACE and all(
+        a[1] == b[0] for a, b in itertools.pairwise(spans))
