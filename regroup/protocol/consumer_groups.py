@@ -603,8 +603,10 @@ class ConsumerGroups:
     def _wake_waiters(self, ch: _Changes, group: Group, released: ShardSet) -> None:
         if not released:
             return
+        # Key ranges: a released shard can unblock a waiter whose target overlaps it without equality.
+        waits_for = overlap_any if group.range_holders or group.parallelism else _intersect
         for mid, c in group.current.items():
-            if c.status is MemberStatus.UNRELEASED and overlap_any(group.member_target(mid), released):
+            if c.status is MemberStatus.UNRELEASED and waits_for(group.member_target(mid), released):
                 ch.wake.add((group.group_id, mid))
 
     # ---------------------------------------------------------------- topic metadata
@@ -733,6 +735,10 @@ def _recorded_topics(groups: dict[str, Group]) -> TopicMetadata:
         for t, n in group.subscribed_topics.items():
             merged[t] = max(merged.get(t, 0), n)
     return TopicMetadata(merged)
+
+
+def _intersect(a: ShardSet, b: ShardSet) -> bool:
+    return not a.isdisjoint(b)
 
 
 def _held(c: CurrentAssignment) -> ShardSet:
