@@ -21,7 +21,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from regroup.log.base import ConsumedRecord
-from regroup.protocol.keyrange import Resume, key_hash
+from regroup.protocol.keyrange import Resume, key_hash, range_of
 from regroup.protocol.shard import Shard
 
 
@@ -79,16 +79,14 @@ class KeyRanges:
               positions: Mapping[Shard, int]) -> list[Ranged]:
         """The records of one partition's read that belong to ``owned`` ranges and are still to do."""
         out: list[Ranged] = []
-        ordered = sorted(owned, key=lambda s: s.lo)
         for rec in records:
             point = key_hash(rec.key, rec.offset)
-            for s in ordered:
-                if s.lo <= point < s.hi:
-                    if rec.offset >= positions[s]:
-                        skip = self._skips.get(s)
-                        if skip is None or not skip.skips(point, rec.offset):
-                            out.append(Ranged(s, rec))
-                    break
+            s = range_of(owned, point)
+            if s is None or rec.offset < positions[s]:
+                continue  # another member's key, or below this range's position
+            skip = self._skips.get(s)
+            if skip is None or not skip.skips(point, rec.offset):
+                out.append(Ranged(s, rec))
         return out
 
     def passed(self, shard: Shard, position: int) -> None:

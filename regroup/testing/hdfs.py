@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from regroup.testing.serving import serve_until_signal
+from regroup.testing.serving import log_tail, serve_until_signal
 
 __all__ = ["HADOOP_VERSION", "HdfsStartError", "HdfsUnavailableError", "MiniHdfs", "hdfs_home", "start_hdfs"]
 
@@ -95,14 +95,6 @@ def _java() -> str:
     return found
 
 
-def _tail(path: Path, lines: int = 60) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return "(no log)"
-    return "\n".join(text.splitlines()[-lines:])
-
-
 @dataclass
 class MiniHdfs:
     """A running single-node HDFS (started by :func:`start_hdfs`)."""
@@ -125,7 +117,7 @@ class MiniHdfs:
         return int(self.uri.rpartition(":")[2])
 
     def log_tail(self, lines: int = 60) -> str:
-        return _tail(self.log_path, lines)
+        return log_tail(self.log_path, lines)
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
         """End the launcher's input (a clean shutdown), SIGKILL after ``timeout_s``; then remove its
@@ -216,8 +208,9 @@ def _wait_until_ready(proc: subprocess.Popen[bytes], deadline: float, log: Path)
     if ready:
         return ready[0]
     if proc.poll() is not None:
-        raise HdfsStartError(f"the HDFS cluster exited with {proc.returncode} while starting:\n{_tail(log)}")
-    raise HdfsStartError(f"the HDFS cluster did not serve in time:\n{_tail(log)}")
+        raise HdfsStartError(
+            f"the HDFS cluster exited with {proc.returncode} while starting:\n{log_tail(log)}")
+    raise HdfsStartError(f"the HDFS cluster did not serve in time:\n{log_tail(log)}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -47,7 +47,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from regroup.testing.serving import serve_until_signal
+from regroup.testing.serving import log_tail, serve_until_signal
 
 __all__ = [
     "KAFKA_VERSION",
@@ -190,14 +190,6 @@ def _properties(values: Mapping[str, str]) -> str:
     return "".join(f"{k}={v}\n" for k, v in values.items())
 
 
-def _tail(path: Path, lines: int = 60) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return "(no log)"
-    return "\n".join(text.splitlines()[-lines:])
-
-
 @dataclass
 class KafkaBroker:
     """A running single-node Kafka broker (started by :func:`start_kafka`)."""
@@ -225,7 +217,7 @@ class KafkaBroker:
         return int(self.bootstrap.rpartition(":")[2])
 
     def log_tail(self, lines: int = 60) -> str:
-        return _tail(self.log_path, lines)
+        return log_tail(self.log_path, lines)
 
     def stop(self, timeout_s: float = 20.0) -> int | None:
         """SIGTERM (Kafka's clean shutdown), SIGKILL after ``timeout_s``; then remove its directory.
@@ -278,9 +270,9 @@ def _run_format(
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-        raise KafkaStartError(f"formatting the broker's storage took too long:\n{_tail(out)}") from None
+        raise KafkaStartError(f"formatting the broker's storage took too long:\n{log_tail(out)}") from None
     if code != 0:
-        raise KafkaStartError(f"formatting the broker's storage failed (exit {code}):\n{_tail(out)}")
+        raise KafkaStartError(f"formatting the broker's storage failed (exit {code}):\n{log_tail(out)}")
 
 
 def _wait_until_serving(proc: subprocess.Popen[bytes], port: int, deadline: float, log: Path) -> None:
@@ -289,7 +281,7 @@ def _wait_until_serving(proc: subprocess.Popen[bytes], port: int, deadline: floa
 
     def exited() -> KafkaStartError:
         return KafkaStartError(f"the Kafka broker exited with {proc.returncode} while starting:\n"
-                               f"{_tail(log)}")
+                               f"{log_tail(log)}")
 
     # First the listener, so that the client below does not back off from refused connections.
     while True:
@@ -301,7 +293,7 @@ def _wait_until_serving(proc: subprocess.Popen[bytes], port: int, deadline: floa
         except OSError:
             if time.monotonic() > deadline:
                 raise KafkaStartError(
-                    f"the Kafka broker did not listen on port {port} in time:\n{_tail(log)}"
+                    f"the Kafka broker did not listen on port {port} in time:\n{log_tail(log)}"
                 ) from None
             time.sleep(0.05)
     admin = AdminClient({
@@ -316,7 +308,7 @@ def _wait_until_serving(proc: subprocess.Popen[bytes], port: int, deadline: floa
         left = deadline - time.monotonic()
         if left <= 0:
             raise KafkaStartError(
-                f"the Kafka broker did not answer a metadata request in time:\n{_tail(log)}"
+                f"the Kafka broker did not answer a metadata request in time:\n{log_tail(log)}"
             )
         try:
             if admin.list_topics(timeout=min(1.0, left)).brokers:
@@ -441,7 +433,7 @@ def _start_once(
     try:
         _wait_until_serving(proc, port, deadline, log_path)
     except KafkaStartError as e:
-        taken = "Address already in use" in _tail(log_path, 400)
+        taken = "Address already in use" in log_tail(log_path, 400)
         broker.keep_files = True  # the message quotes the log; the directory goes below unless asked
         broker.stop(timeout_s=5.0)
         if not keep_files:

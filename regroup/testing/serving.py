@@ -1,5 +1,5 @@
-"""Serving a test service from the command line until Ctrl-C (`python -m regroup.testing.hdfs`,
-`python -m regroup.testing.kafka_broker`): one loop for both, so they stop the same way."""
+"""What the test services (`regroup.testing.hdfs`, `regroup.testing.kafka_broker`) share: serving
+from the command line until Ctrl-C, so both stop the same way, and the tail of a log for errors."""
 
 from __future__ import annotations
 
@@ -8,6 +8,15 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+
+def log_tail(path: Path, lines: int = 60) -> str:
+    """The last ``lines`` of a service's log, for an error message ("(no log)" when unreadable)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
 
 
 def serve_until_signal(process: subprocess.Popen[bytes], stop: Callable[[], int | None], keep: bool,
