@@ -6,7 +6,7 @@ from __future__ import annotations
 import array
 import json
 import types
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -160,7 +160,8 @@ def test_timed_workload_timestamps_never_go_back(tmp_path: Path, monkeypatch: py
 
 
 # --------------------------------------------------------------------------- the group, settled
-def _desc(members: list[tuple[str, MemberTasks, MemberTasks]], state: Any = None) -> Any:
+def _desc(members: list[tuple[str, MemberTasks, MemberTasks]], state: Any = None,
+          lags: Mapping[str, Mapping[Any, int]] | None = None) -> Any:
     from regroup.protocol.records import MemberStatus
     from regroup.protocol.streams.describe import StreamsGroupDescription, StreamsMemberDescription
     from regroup.protocol.streams.messages import GroupStatus
@@ -169,7 +170,8 @@ def _desc(members: list[tuple[str, MemberTasks, MemberTasks]], state: Any = None
     return StreamsGroupDescription(
         "g", state or StreamsGroupState.STABLE, GroupStatus(), 5, 5, None,
         tuple(StreamsMemberDescription(f"id-{pid}", None, pid, 5, 4, MemberStatus.STABLE, assigned,
-                                       MemberTasks(), target, {}, ()) for pid, assigned, target in members))
+                                       MemberTasks(), target, dict((lags or {}).get(pid, {})), ())
+              for pid, assigned, target in members))
 
 
 def _running(name: str, tasks: dict[str, str], warnings: Sequence[str] = ()) -> Member:
@@ -190,7 +192,7 @@ def test_settled_waits_for_warm_ups_but_not_for_copies_a_member_dropped() -> Non
         return MemberTasks(ids(active), ids(standby), ids(warmup))
 
     b_warming = tasks(active=[1], standby=[0], warmup=[2])
-    watch = GroupWatch("events", 3, standby_replicas=1)
+    watch = GroupWatch("events", 3, standby_replicas=1, acceptable_recovery_lag=500)
     m1 = _running("m1", {"s_0": "active", "s_1": "standby"})
     m2 = _running("m2", {"s_1": "active", "s_0": "standby", "s_2": "warm-up"})
     watch.description = _desc([("p-m1", tasks(active=[0, 2], standby=[1]), tasks(active=[0], standby=[1])),
@@ -208,6 +210,22 @@ def test_settled_waits_for_warm_ups_but_not_for_copies_a_member_dropped() -> Non
     assert watch.copies_not_running([m1, m2]) == {"m2": {"s_2"}}
     m1.tasks.pop("s_2")  # a member not running an active it was assigned: not settled
     assert not watch.settled([m1, m2])
+
+
+def test_events_start_once_every_standby_is_caught_up() -> None:
+    """A move waiting for a standby to catch up is invisible in a settled group: the next event
+    must not start (and count that move as its own) until every standby reports caught up."""
+    from regroup.demo.stateful_demo.watch import GroupWatch
+    from regroup.protocol.streams.topology import TaskId
+
+    s0, s1 = TaskId("s", 0), TaskId("s", 1)
+    a, b = MemberTasks(frozenset({s0}), frozenset({s1})), MemberTasks(frozenset({s1}), frozenset({s0}))
+    watch = GroupWatch("events", 2, standby_replicas=1, acceptable_recovery_lag=500)
+    assert not watch.standbys_caught_up()  # nothing described yet
+    watch.description = _desc([("p-a", a, a), ("p-b", b, b)], lags={"p-a": {s0: 0, s1: 501}, "p-b": {s1: 0}})
+    assert not watch.standbys_caught_up()  # p-a's standby of s_1 is behind; p-b's of s_0 unreported
+    watch.description = _desc([("p-a", a, a), ("p-b", b, b)], lags={"p-a": {s1: 500}, "p-b": {s0: 3}})
+    assert watch.standbys_caught_up()
 
 
 # --------------------------------------------------------------------------- the typed result

@@ -100,7 +100,7 @@ class StatefulDemo(DemoRun[Processes]):
         super().__init__(root, log_spec, topic, cfg.partitions, processes)
         self.cfg = cfg
         self.watch = GroupWatch(topic, cfg.partitions, cfg.settings.standby_replicas,
-                                trace=root / "group.jsonl")
+                                cfg.settings.acceptable_recovery_lag, trace=root / "group.jsonl")
         self.events: list[Event] = []
         self._log: PartitionedLog | None = None
 
@@ -232,8 +232,9 @@ def _run_events(demo: StatefulDemo, spare: Member, replacement: Member) -> None:
         prev = demo.events[-1].end if demo.events else demo.t0
         at = max(demo.t0 + frac * cfg.duration, prev + STEADY_S)
         demo.wait(lambda at=at: time.time() >= at, cfg.duration + 60)  # type: ignore[misc]
-        demo.phase = "waiting for a settled group, every task producing"
-        demo.wait(lambda prev=prev: demo.settled() and demo.warm(prev), cfg.settle_timeout_s)  # type: ignore[misc]
+        demo.phase = "waiting for a settled group, every task producing, every standby caught up"
+        demo.wait(lambda prev=prev: demo.settled() and demo.watch.standbys_caught_up()  # type: ignore[misc]
+                  and demo.warm(prev), cfg.settle_timeout_s)
         inside = [m for m in demo.members if m.in_group]
         dynamic = [m for m in inside if m.instance is None]
         static = next(m for m in inside if m.instance == STATIC_INSTANCE)

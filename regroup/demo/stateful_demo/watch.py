@@ -59,6 +59,7 @@ class GroupWatch:
     topic: str
     partitions: int
     standby_replicas: int
+    acceptable_recovery_lag: int
     description: StreamsGroupDescription | None = None
     committed: dict[int, int] = field(default_factory=dict)
     ends: dict[int, int] = field(default_factory=dict)
@@ -168,6 +169,18 @@ class GroupWatch:
             return False
         held = self.held(members)
         return all(m.roles(ACTIVE) == held.get(m.name, {}).get(ACTIVE, set()) for m in inside)
+
+    def standbys_caught_up(self) -> bool:
+        """Every standby's copy has reported a lag within the acceptable recovery lag. A settled
+        group may still have a move waiting for a standby to catch up (a move to a process holding
+        a standby needs no warm-up); once every standby is caught up, such a move has been made or
+        was never wanted. The scripted events start from here, so that a move still pending from
+        the previous event is not counted as the next one's."""
+        d = self.description
+        if d is None:
+            return False
+        return all(m.lags.get(t, self.acceptable_recovery_lag + 1) <= self.acceptable_recovery_lag
+                   for m in d.members for t in m.assigned.standby)
 
     def copies_not_running(self, members: Sequence[Member]) -> dict[str, set[str]]:
         """member name -> the standbys and warm-ups the coordinator assigned it that it does not run."""

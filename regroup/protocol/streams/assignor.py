@@ -11,11 +11,15 @@ Rules:
 
 1. Every task has exactly one active member, as soon as the group has a member.
 2. Balance. Members are the unit of capacity: with ``q, extra = divmod(tasks, members)`` the first
-   ``extra`` members in member-id order may hold ``q + 1`` intended tasks and the others ``q``.
-   These quotas depend on the member ids only, never on who holds what today: if they followed the
-   current assignment, they would shift while warm-ups are pending and so move the target away
-   from the warm-ups. Because each member of a process has its own quota, a process's tasks are
-   spread evenly across its members.
+   ``extra`` members in *capacity order* — by process id, then member id — may hold ``q + 1``
+   intended tasks and the others ``q``. These quotas depend on the ids only, never on who holds
+   what today: if they followed the current assignment, they would shift while warm-ups are
+   pending and so move the target away from the warm-ups. Process id first, because a static
+   member restarted in place comes back with a new member id but its process id (its state
+   directory's): ordered by member id, its quota could change places with another member's, and
+   with every copy caught up a task would move away from its local state at the next computation.
+   Because each member of a process has its own quota, a process's tasks are spread evenly across
+   its members.
 3. Stickiness. Each task has at most one *anchor*: the member that holds a warm-up of it (the move
    already under way), else its current owner, else, for a task nobody owns, a member with room
    on the process with its freshest caught-up copy, else on the process with its freshest copy (a
@@ -94,6 +98,8 @@ class _Run:
         self.tasks = sorted(spec.tasks)
         self.process_of = spec.process_of()
         self.members = sorted(self.process_of)
+        #: Rule 2's order: stable across a static member's restart (same process, new member id).
+        self.capacity_order = sorted(self.members, key=lambda m: (self.process_of[m], m))
         self.members_of = {pid: sorted(p.members) for pid, p in self.procs.items()}
         known = spec.tasks
         self.cur_active: dict[TaskId, str] = {}
@@ -166,7 +172,7 @@ class _Run:
     def _quotas(self) -> dict[str, int]:
         """Rule 2."""
         q, extra = divmod(len(self.tasks), len(self.members))
-        return {m: q + (i < extra) for i, m in enumerate(self.members)}
+        return {m: q + (i < extra) for i, m in enumerate(self.capacity_order)}
 
     def _anchors(self) -> dict[TaskId, str]:
         """Rule 3's anchors (rule 8 has already cleaned the current roles)."""
@@ -225,7 +231,7 @@ class _Run:
             else:
                 intended[t] = fresh
                 room[fresh] -= 1
-        open_members = iter(self.members)
+        open_members = iter(self.capacity_order)
         first_open = next(open_members)
         for t in rest:
             holder = best(t, [p for p in self.procs if self.lag(p, t) != _NO_COPY])

@@ -66,6 +66,19 @@ def test_a_balanced_caught_up_group_keeps_everything_where_it_is() -> None:
     assert {m: r.active for m, r in out.items()} == {"a": ts(0, 3), "b": ts(1, 4), "c": ts(2)}
 
 
+def test_a_static_member_back_under_a_member_id_that_sorts_last_keeps_its_tasks() -> None:
+    """Rule 2's capacity order is by process id first: the demo's static roll, in small. Before,
+    "a1" on P1 had the extra quota; back as "z2" on P1 it would have lost it to "m" (P2), and with
+    every copy caught up one of its tasks would have moved to P2."""
+    lags = {"P1": dict.fromkeys(tasks(3), 0), "P2": dict.fromkeys(tasks(3), 0)}
+    before = run(spec(tasks(3), {"P1": {"a1": roles(ts(0, 1), ts(2))}, "P2": {"m": roles(ts(2), ts(0, 1))}},
+                      lags, standby_replicas=1))
+    assert before["a1"].active == ts(0, 1)
+    after = run(spec(tasks(3), {"P1": {"z2": before["a1"]}, "P2": {"m": before["m"]}}, lags,
+                     standby_replicas=1))
+    assert after["z2"] == before["a1"] and after["m"] == before["m"]
+
+
 def test_when_a_member_leaves_only_its_tasks_move() -> None:
     current = {"A": {"a": roles(ts(0, 1))}, "B": {"b": roles(ts(2, 3))}, "C": {"c": roles(ts(4, 5))}}
     lags = {p: {task: 0 for task in r[m].active} for p, r in current.items() for m in r}
