@@ -119,7 +119,10 @@ class Sink:
     def __call__(self, df: Any, batch: Any) -> None:
         rows = [{k: _iso(v) for k, v in r.asDict().items()} for r in df.collect()]
         if self.directory is not None:  # a member process: one file per key, atomically
-            tmp = self.directory / f".{os.getpid()}.tmp"
+            # One temporary name per thread: a member runs its tasks' batches in parallel, and a
+            # name shared by the process let one batch's rows land under another batch's key
+            # (the intermittent failure of test_a_paused_member_is_fenced_when_it_wakes).
+            tmp = self.directory / f".{os.getpid()}.{threading.get_ident()}.tmp"
             tmp.write_text(json.dumps(rows))
             os.replace(tmp, self.directory / f"{batch.key.replace('/', '~')}.json")
         with self.lock:

@@ -57,7 +57,7 @@ def member_parser(description: str) -> argparse.ArgumentParser:
 
 def write_atomic(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see the whole file or none of it (rule 2)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # a name per writer
     tmp.write_bytes(data)
     os.replace(tmp, path)
 
