@@ -19,11 +19,15 @@ The protocol lives in `MemberStateMachine`; this shell does the I/O around it:
 
 A consumer that does not call `poll()` for longer than its rebalance timeout while it must give up
 partitions is fenced by the coordinator, like Kafka's ``max.poll.interval.ms``.
+
+``Consumer(workers=N)`` is N such members in one process, each run in its own thread by `run(handler)`
+(`regroup.client.workers`); this class is then a front for them and reads nothing itself.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections import deque
@@ -38,6 +42,7 @@ from regroup.client.errors import (
 from regroup.client.membership import Membership
 from regroup.client.partition import TopicPartition, offsets_by_partition, offsets_by_shard, partitions_of
 from regroup.client.ranges import KeyRanges, Ranged, Scanned
+from regroup.client.workers import Handler, Workers
 from regroup.log import open_log
 from regroup.log.base import ConsumedRecord, PartitionedLog
 from regroup.log.errors import LogTimeoutError
@@ -58,6 +63,14 @@ class Consumer:
     to read; ``coordinator`` is ``HOST:PORT``; ``log`` is a directory of the embedded log,
     ``kafka://HOST:PORT``, or a log object. ``instance_id`` makes the member static: a restart with the
     same id gets the same partitions back without a rebalance.
+
+    ``workers=N`` (N > 1) runs N group members in this process, each in its own thread, handing their
+    records to `run(handler)`: worker ``i`` is member ``f"{member_id}-w{i}"`` (and, static, instance
+    ``f"{instance_id}-w{i}"``, so a static restart gives each worker its ranges back). The callbacks are
+    then called in a worker's thread with that worker's own single-worker `Consumer`. A ``log`` given
+    as a string is opened by each worker; a log object is shared by the workers and must allow reads
+    from several threads at once (the embedded log does; the Kafka log serialises its reads).
+    Threads or processes, and the guarantees: docs/key-ranges.md, "Several workers in one process".
     """
 
     def __init__(
@@ -80,13 +93,27 @@ class Consumer:
         token: str | None = None,
         tls_ca: str | None = None,
         member_id: str | None = None,
+        workers: int = 1,
     ) -> None:
         if not topics and not pattern:
             raise ValueError("give the consumer topics=[...] or pattern='...' to subscribe to")
         if auto_offset_reset not in ("earliest", "latest"):
             raise ValueError(f"auto_offset_reset must be 'earliest' or 'latest', got {auto_offset_reset!r}")
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"workers must be an int >= 1 (members run in this process), got {workers!r}")
         self.group_id = group_id
         self.member_id = member_id or uuid.uuid4().hex
+        self._closed = False
+        self._many = workers > 1
+        if self._many:  # a front for N single-worker consumers: none of the state below is used
+            self._workers = Workers.join(workers, lambda i: Consumer(
+                group_id, coordinator=coordinator, log=log, topics=topics, pattern=pattern,
+                instance_id=None if instance_id is None else f"{instance_id}-w{i}", rack_id=rack_id,
+                assignor=assignor, on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost,
+                rebalance_timeout_ms=rebalance_timeout_ms, auto_offset_reset=auto_offset_reset,
+                max_batch_records=max_batch_records, token=token, tls_ca=tls_ca,
+                member_id=f"{self.member_id}-w{i}"))
+            return
         self._log = open_log(log) if isinstance(log, str) else log
         self._owns_log = isinstance(log, str)
         machine = MemberStateMachine(
@@ -103,9 +130,9 @@ class Consumer:
         self._rr: deque[Shard] = deque()  # round-robin order of owned shards
         self._fatal: FatalConsumerError | None = None
         self._backlog = Backlog()  # the member's actions not carried out yet (some wait for the next poll)
-        self._closed = False
         self._paused = False  # cut off from the coordinator (failover rule 7): no records out
         self._membership = Membership(CoordinatorClient(coordinator, token=token, tls_ca=tls_ca), machine)
+        self._workers = Workers([self])  # what run(handler) runs: this consumer as its one worker
 
     # ------------------------------------------------------------------ public API
     def poll(self, timeout: float = 1.0) -> ConsumedRecord | None:
@@ -115,6 +142,7 @@ class Consumer:
 
     def consume(self, num_messages: int = 100, timeout: float = 1.0) -> list[ConsumedRecord]:
         """Up to ``num_messages`` records, waiting at most ``timeout`` seconds for the first."""
+        self._only_one_worker("poll()/consume()")
         self._check_usable()
         deadline = time.monotonic() + max(0.0, timeout)
         out: list[ConsumedRecord] = []
@@ -150,25 +178,62 @@ class Consumer:
         member, or this member was fenced): the records since the last commit will be read again by
         whoever owns the partition now — at-least-once.
         """
+        self._only_one_worker("commit()")
         self._check_usable()
         self._commit(self._by_shard(offsets) if offsets is not None else dict(self._positions))
 
+    def run(self, handler: Handler, *, stop: threading.Event | None = None, batch: int = 100,
+            timeout: float = 1.0) -> None:
+        """Hand every record to ``handler(worker, records)`` until ``stop`` is set or `close()` is
+        called from another thread.
+
+        Each worker loops in its own thread (with ``workers=1`` too; the calling thread waits):
+        `consume` up to ``batch`` records, waiting at most ``timeout`` seconds, hand them to the handler,
+        then commit them — at least once: a batch is committed only after its handler returned. If a
+        handler raises, every worker stops (the others after committing the batch in hand), leaves
+        the group without committing the failed batch — its next owner reads it again — and the first
+        error is raised here, noting the worker. The consumer is closed then.
+        """
+        if self._closed:
+            raise ConsumerClosedError("the consumer is closed")
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise ValueError(f"batch must be an int >= 1, got {batch!r}")
+        self._workers.run(handler, stop=stop, batch=batch, timeout=timeout)
+
     def assignment(self) -> set[TopicPartition]:
-        """The partitions this consumer currently reads (wholly, or key ranges of them)."""
+        """The partitions this consumer currently reads (wholly, or key ranges of them); with
+        workers, those of every worker."""
+        if self._many:
+            return self._workers.assignment()
         return partitions_of(self._positions)
 
     def shards(self) -> ShardSet:
-        """What this consumer currently reads, key ranges included (`Shard.lo`/`hi`)."""
+        """What this consumer currently reads, key ranges included (`Shard.lo`/`hi`); with workers,
+        what every worker reads."""
+        if self._many:
+            return self._workers.shards()
         return frozenset(self._positions)
 
     def committed(self) -> dict[TopicPartition, int]:
-        """The committed offsets this consumer knows of its partitions (read at assignment, or its own)."""
+        """The committed offsets this consumer knows of its partitions (read at assignment, or its own);
+        with workers, the lowest any worker knows per partition."""
+        if self._many:
+            return self._workers.committed()
         return offsets_by_partition(self._committed)
 
     def close(self, timeout: float = 10.0) -> None:
-        """Commit, give the partitions up and leave the group (a static member leaves temporarily)."""
+        """Commit, give the partitions up and leave the group (a static member leaves temporarily).
+
+        A `run()` in progress ends first, each worker committing the batch in hand; with workers,
+        every worker then commits and leaves, all at once.
+        """
         if self._closed:
             return
+        if self._many:
+            self._closed = True
+            self._workers.close(timeout)
+            return
+        self._workers.halt(for_good=True)
         self._membership.leave(timeout, self._perform_all)
         self._closed = True
         self._membership.close()
@@ -183,12 +248,17 @@ class Consumer:
 
     @property
     def member_epoch(self) -> int:
+        """The member's epoch; with workers, the lowest of theirs (every worker has reached it)."""
+        if self._many:
+            return self._workers.member_epoch
         return self._membership.epoch
 
     @property
     def paused(self) -> bool:
         """Whether the consumer is cut off from the coordinator and hands out no records (as of the
-        last `poll()`/`consume()`)."""
+        last `poll()`/`consume()`); with workers, whether any worker is."""
+        if self._many:
+            return self._workers.paused
         return self._paused
 
     def _cut_off(self) -> bool:
@@ -328,6 +398,17 @@ class Consumer:
             return
         self._membership.commit(offsets)
         self._committed.update(offsets)
+
+    def _drop_uncommitted(self) -> None:
+        """Forget every position: a handler failed on what was read since the last commit, so leaving
+        must commit none of it; the next owner reads it again (`regroup.client.workers`, rule 3)."""
+        self._forget(set(self._positions))
+
+    def _only_one_worker(self, what: str) -> None:
+        if self._many:
+            raise RuntimeError(f"{what} is not for a Consumer with workers={len(self._workers.workers)}: "
+                               "its records go to the workers, each committing its own; call "
+                               "run(handler) to handle them")
 
     def _check_usable(self) -> None:
         if self._closed:
