@@ -152,8 +152,7 @@ class _Run:
         self.quota = self._quotas()
         self.anchor = self._anchors()
         self.intended = self._intended()
-        actives, pending = self._actives()
-        warmups = self._warmups(pending)
+        actives, pending, warmups = self._actives()
         standbys = self._standbys(actives, warmups, pending)
         roles: dict[str, tuple[set[TaskId], set[TaskId], set[TaskId]]] = {}
         for t, m in actives.items():
@@ -243,8 +242,10 @@ class _Run:
             room[holder] -= 1
         return intended
 
-    def _actives(self) -> tuple[dict[TaskId, str], list[TaskId]]:
-        """Rule 5; also returns the pending moves (running away from their intended process)."""
+    def _actives(self) -> tuple[dict[TaskId, str], list[TaskId], dict[TaskId, str]]:
+        """Rule 5; also returns the pending moves (running away from their intended process) and
+        their warm-ups (rule 6), which are known before the orphans are placed: the pending moves
+        are, and the orphans' placement needs the warm-ups (`_orphan_owner`)."""
         actives: dict[TaskId, str] = {}
         pending: list[TaskId] = []
         orphans: list[tuple[TaskId, str]] = []
@@ -264,16 +265,23 @@ class _Run:
                     continue
                 orphans.append((t, fresh))  # placed once every other active is placed
             pending.append(t)
+        warmups = self._warmups(pending)
         if orphans:
+            # What each member anchors on the next run (rule 3): its warm-ups, and its actives
+            # except those warming up elsewhere (a warm-up anchors its task to the warm-up's member).
             held: dict[str, list[TaskId]] = {}
             for t, m in actives.items():
+                if warmups.get(t, m) == m:
+                    held.setdefault(m, []).append(t)
+            for t, m in warmups.items():
                 held.setdefault(m, []).append(t)
             intended_load = Counter(self.intended.values())
             for t, fresh in orphans:
                 m = self._orphan_owner(t, fresh, held, intended_load)
                 actives[t] = m
-                held.setdefault(m, []).append(t)
-        return actives, pending
+                if warmups.get(t, m) == m:
+                    held.setdefault(m, []).append(t)
+        return actives, pending, warmups
 
     def _orphan_owner(self, task: TaskId, fresh: str, held: dict[str, list[TaskId]],
                       intended_load: Counter[str]) -> str:
@@ -281,8 +289,11 @@ class _Run:
 
         Its caught-up copies (else its freshest ones) can all take it over at once. Among them, a
         member it would not push out of its quota on the next run: that run sees the task owned
-        there, and a member keeps its quota of owned tasks by rule 3's order, so a task that ranks
-        before one the member keeps now would displace that one, which would then move (rule 9).
+        there, and a member keeps its quota of anchored tasks (``held``: its actives and its
+        warm-ups) by rule 3's order, so a task that ranks before one the member keeps now would
+        displace that one, which would then move (rule 9). Counting the warm-ups matters: an
+        orphan placed beside a warm-up of lower rank took the warm-up's slot on the next run, and
+        the move under way was dropped (found by Hypothesis).
         Then the freshest copy, the anchor's process winning a tie (another process tied with it
         would be picked by process id alone, and the next run would keep a different set per
         member), a current standby, the process id, the least intended load, the member id.
