@@ -6,9 +6,10 @@ finished. A regroup member's assignment changes in between, so the source must d
 boundary, which shards a batch covers and where each of them begins. Those decisions live here, pure:
 
 * :class:`BatchOffset` is what goes into Spark's checkpoint: for every shard in the batch the offset
-  after its last record (``ends``), and for shards that *begin* in this batch the offset they begin at
+  after its last record (``ends``), for shards that *begin* in this batch the offset they begin at
   (``starts``: a newly assigned shard starts at the group's committed offset, not where an older batch
-  of this query left it). A batch therefore replays from the checkpoint alone.
+  of this query left it), and for key ranges taken over after a merge the records a former owner
+  already did (``skips``). A batch therefore replays from the checkpoint alone.
 * :func:`plan_next` builds the next end offset from the finished one, the shards the member owns now,
   where newly owned shards begin, the log's end offsets and a record limit.
 * :func:`batch_ranges` turns a planned (start, end) into the offset ranges to read, keeping only shards
@@ -18,18 +19,44 @@ boundary, which shards a batch covers and where each of them begins. Those decis
   next batch, the floor no replay reads below, and the offset known to be committed — as one frozen
   value: the source replaces it at each batch boundary, when Spark asks for the next offset, and
   reads it (never changes it) when Spark asks what a planned batch reads.
+
+Key ranges (`regroup.protocol.keyrange`). A shard may be a key range of a partition. Its positions are
+the partition's offsets, like a whole partition's: a batch reads the partition's records
+``[start, end)`` and keeps those whose key hash falls in the range, so a range's end after a batch is
+where it read the partition up to, and that is what is committed. A range (or a whole partition whose
+progress is kept in fragments) taken over after a merge begins at the laggard fragment and must skip,
+until it passes them, the records its faster former owners did (`keyrange.Resume`): those *skip
+pieces* ``(lo, hi, offset)`` — records with key hash in ``[lo, hi)`` below ``offset`` are done — ride
+in each planned batch (`BatchOffset.skips`, `ShardRange.skip`) until the range's position passes
+them. Pieces are kept sorted and disjoint (`merge_skips`), as `Resume`'s are.
+
+Checkpoint keys (`shard_key`): ``topic:partition`` for a whole partition — what every checkpoint
+written before key ranges holds, read the same — and ``topic:partition:lo-hi`` (decimal) for a range.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from itertools import pairwise
 
 from regroup.protocol.driver import advanced
-from regroup.protocol.shard import Shard
+from regroup.protocol.keyrange import Resume
+from regroup.protocol.shard import KEY_SPACE, Shard
 
-#: Version of the checkpointed offset format; a reader refuses offsets it does not understand.
+#: Version of the checkpointed offset format; a reader refuses offsets it does not understand. Key
+#: ranges did not change it: a checkpoint without ranges is written exactly as before, and one with
+#: ranges only adds keys of a new form and an optional ``skips`` map (a reader that predates ranges
+#: refuses the new keys as malformed rather than misreading them).
 OFFSET_FORMAT = 1
+
+#: Skip pieces ``(lo, hi, offset)``: the records with key hash in ``[lo, hi)`` below ``offset`` are
+#: done (see `keyrange.Resume`). Sorted and disjoint.
+Skip = tuple[tuple[int, int, int], ...]
+
+_DIGITS = re.compile(r"[0-9]+")
+_RANGE = re.compile(r"(0|[1-9][0-9]*)-([1-9][0-9]*)")
 
 
 class OffsetFormatError(ValueError):
@@ -37,16 +64,62 @@ class OffsetFormatError(ValueError):
 
 
 def shard_key(shard: Shard) -> str:
-    """``topic:partition`` — the key of a shard in the checkpoint's JSON (topic names have no ':')."""
-    return f"{shard.topic}:{shard.partition}"
+    """The key of a shard in the checkpoint's JSON: ``topic:partition`` for a whole partition (as
+    before key ranges), ``topic:partition:lo-hi`` (decimal) for a key range."""
+    if shard.whole:
+        return f"{shard.topic}:{shard.partition}"
+    return f"{shard.topic}:{shard.partition}:{shard.lo}-{shard.hi}"
 
 
 def parse_shard_key(key: str) -> Shard:
-    topic, sep, part = key.rpartition(":")
-    if not sep or not topic or not part.isdigit():
+    """Inverse of `shard_key`. The last ``:``-separated part tells the form (a partition number, or
+    ``lo-hi``), so a topic name with colons in it reads back too."""
+    head, sep, last = key.rpartition(":")
+    if sep and head and _DIGITS.fullmatch(last):
+        return Shard(head, int(last))
+    bounds = _RANGE.fullmatch(last) if sep else None
+    topic, sep, part = head.rpartition(":")
+    if bounds is None or not sep or not topic or not _DIGITS.fullmatch(part):
         raise OffsetFormatError(f"checkpointed offset has a malformed shard key {key!r}"
-                                " (want topic:partition)")
-    return Shard(topic, int(part))
+                                " (want topic:partition or topic:partition:lo-hi)")
+    lo, hi = int(bounds[1]), int(bounds[2])
+    if not lo < hi <= KEY_SPACE:
+        raise OffsetFormatError(f"checkpointed offset has shard key {key!r} with an empty or out-of-space"
+                                f" key range (want 0 <= lo < hi <= {KEY_SPACE})")
+    if lo == 0 and hi == KEY_SPACE:  # one key per shard: a whole partition is topic:partition
+        raise OffsetFormatError(f"checkpointed offset has shard key {key!r} for a whole partition"
+                                f" (want {topic}:{part})")
+    return Shard(topic, int(part), lo, hi)
+
+
+def merge_skips(*groups: Iterable[tuple[int, int, int]]) -> Skip:
+    """The skip pieces of several sources as one sorted, disjoint tuple: where pieces overlap, the
+    highest offset (everything each source says is done, is done); neighbours with equal offsets
+    coalesce. Each group is expected disjoint (as a `Resume`'s pieces are), which keeps this linear in
+    the number of pieces times groups."""
+    pieces = [p for g in groups for p in g]
+    if not pieces:
+        return ()
+    bounds = sorted({b for lo, hi, _ in pieces for b in (lo, hi)})
+    index = {b: i for i, b in enumerate(bounds)}
+    done = [0] * (len(bounds) - 1)
+    for lo, hi, offset in pieces:
+        for i in range(index[lo], index[hi]):
+            done[i] = max(done[i], offset)
+    out: list[tuple[int, int, int]] = []
+    for (lo, hi), offset in zip(pairwise(bounds), done, strict=True):
+        if offset == 0:
+            continue  # nothing is below offset 0: not a piece (also the gaps between pieces)
+        if out and out[-1][1] == lo and out[-1][2] == offset:
+            out[-1] = (out[-1][0], hi, offset)
+        else:
+            out.append((lo, hi, offset))
+    return tuple(out)
+
+
+def pending(skip: Skip, position: int) -> Skip:
+    """The pieces that still drop records at or after ``position`` (`Resume.passed`)."""
+    return tuple(p for p in skip if p[2] > position)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,12 +129,16 @@ class BatchOffset:
     ``ends[s]`` is the offset after the batch's last record of shard ``s``; ``starts[s]``, present only
     for shards that begin in this batch, is where ``s`` begins (otherwise it continues from the
     previous batch's ``ends``). ``epoch`` is the member epoch when the batch was planned (for people
-    reading checkpoints; fencing is the coordinator's job).
+    reading checkpoints; fencing is the coordinator's job). ``skips[s]``, present only for shards
+    that have some, are the skip pieces of ``s`` that may drop records of this batch (see the module
+    docstring): in the JSON only when some shard has any, so a checkpoint without ranges reads and
+    writes exactly as before.
     """
 
     ends: Mapping[Shard, int] = field(default_factory=dict)
     starts: Mapping[Shard, int] = field(default_factory=dict)
     epoch: int = 0
+    skips: Mapping[Shard, Skip] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
         """A JSON-ready dict with sorted keys, so that equal offsets serialise identically."""
@@ -72,6 +149,9 @@ class BatchOffset:
         }
         if self.starts:
             out["starts"] = {shard_key(s): self.starts[s] for s in sorted(self.starts)}
+        skips = {s: p for s, p in self.skips.items() if p}
+        if skips:
+            out["skips"] = {shard_key(s): [list(p) for p in skips[s]] for s in sorted(skips)}
         return out
 
     @staticmethod
@@ -92,7 +172,11 @@ class BatchOffset:
                 raise OffsetFormatError(f"checkpointed offset starts {s} but has no end for it")
             if at > ends[s]:
                 raise OffsetFormatError(f"checkpointed offset starts {s} at {at}, after its end {ends[s]}")
-        return BatchOffset(ends, starts, epoch)
+        skips = _parse_skips(obj.get("skips", {}))
+        for s in skips:
+            if s not in ends:
+                raise OffsetFormatError(f"checkpointed offset skips records of {s} but has no end for it")
+        return BatchOffset(ends, starts, epoch, skips)
 
 
 def _parse_positions(raw: object, what: str) -> dict[Shard, int]:
@@ -106,13 +190,41 @@ def _parse_positions(raw: object, what: str) -> dict[Shard, int]:
     return out
 
 
+def _parse_skips(raw: object) -> dict[Shard, Skip]:
+    if not isinstance(raw, Mapping):
+        raise OffsetFormatError("checkpointed offset's 'skips' must be an object")
+    out: dict[Shard, Skip] = {}
+    for key, pieces in raw.items():
+        s = parse_shard_key(str(key))
+        if not isinstance(pieces, list) or not pieces:
+            raise OffsetFormatError(f"checkpointed offset's skips[{key!r}] must be a non-empty list")
+        parsed: list[tuple[int, int, int]] = []
+        for p in pieces:
+            if not (isinstance(p, list) and len(p) == 3
+                    and all(isinstance(x, int) and not isinstance(x, bool) for x in p)):
+                raise OffsetFormatError(f"checkpointed offset's skips[{key!r}] has a malformed piece {p!r}"
+                                        " (want [lo, hi, offset])")
+            lo, hi, offset = p
+            if not (s.lo <= lo < hi <= s.hi and offset > 0):
+                raise OffsetFormatError(f"checkpointed offset's skips[{key!r}] has a piece {p!r} outside"
+                                        f" its key range [{s.lo}, {s.hi}) or without records")
+            parsed.append((lo, hi, offset))
+        if any(a[1] > b[0] for a, b in pairwise(parsed)):
+            raise OffsetFormatError(f"checkpointed offset's skips[{key!r}] are not sorted and disjoint")
+        out[s] = tuple(parsed)
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class ShardRange:
-    """Records ``[start, end)`` of one shard: one Spark input partition."""
+    """Records ``[start, end)`` of one shard: one Spark input partition. For a key range, the
+    partition's records ``[start, end)`` whose key hash is in the range; ``skip`` (sorted, disjoint
+    pieces) drops those a former owner already did. ``count`` is what is read, not what is kept."""
 
     shard: Shard
     start: int
     end: int
+    skip: Skip = ()
 
     @property
     def count(self) -> int:
@@ -134,6 +246,7 @@ def plan_next(
     max_records: int | None,
     epoch: int,
     unread: Collection[Shard] = frozenset(),
+    skips: Mapping[Shard, Skip] | None = None,
 ) -> BatchOffset:
     """The end offset of the next micro-batch, after the batch ending at ``finished``.
 
@@ -144,12 +257,17 @@ def plan_next(
     did not read (a replay after a restart skipped them, not owning them then): where ``finished``
     says they end means nothing, and a beginning always wins for them. ``log_ends`` caps every shard
     (a shard missing there has no new data). ``max_records`` (None: no limit) is spread over the
-    shards with data, water-filling so that no shard's share is wasted. The result equals
-    ``finished`` exactly when there is nothing to do, so that Spark runs no empty batch.
+    shards with data, water-filling so that no shard's share is wasted; a key range counts the
+    partition's records it reads, not those it keeps. ``skips`` are skip pieces known for owned
+    shards (from their `Resume`): the batch carries them, and a shard that continues also carries
+    ``finished``'s, each only while it drops records at or after where the shard begins. The result
+    equals ``finished`` exactly when there is nothing to read, so that Spark runs no empty batch.
     """
     owned_set = set(owned)
+    known = skips or {}
     base: dict[Shard, int] = {}
     starts: dict[Shard, int] = {}
+    carried: dict[Shard, Skip] = {}
     for s in sorted(owned_set):
         prev = None if s in unread else finished.ends.get(s)
         begin = beginnings.get(s)
@@ -159,14 +277,20 @@ def plan_next(
             assert begin is not None
             starts[s] = begin
             base[s] = begin
+            skip = pending(merge_skips(known.get(s, ())), begin)
         else:
             base[s] = prev
+            skip = pending(merge_skips(finished.skips.get(s, ()), known.get(s, ())), prev)
+        if skip:
+            carried[s] = skip
     avail = {s: max(0, log_ends.get(s, 0) - b) for s, b in base.items()}
     take = _spread(avail, max_records)
     ends = {s: base[s] + take[s] for s in base}
+    # Nothing to read: the same offset, so Spark runs no batch. Skips alone do not make a batch (they
+    # only drop records), and those still pending are planned again with the next records.
     if not starts and ends == dict(finished.ends):
         return finished
-    return BatchOffset(ends, starts, epoch)
+    return BatchOffset(ends, starts, epoch, carried)
 
 
 def _spread(avail: Mapping[Shard, int], limit: int | None) -> dict[Shard, int]:
@@ -197,12 +321,13 @@ def batch_ranges(
     start: BatchOffset,
     end: BatchOffset,
     owned: Iterable[Shard],
-    floors: Mapping[Shard, int] | None = None,
+    floors: Mapping[Shard, int | Resume] | None = None,
 ) -> list[ShardRange]:
     """The non-empty ranges a batch (start, end) reads, for shards the member owns now.
 
-    A shard begins at ``end.starts`` if the batch says so, else at ``start.ends``. ``floors`` (the
-    group's committed offset of a shard this process took over) raises a beginning, so that a batch
+    A shard begins at ``end.starts`` if the batch says so, else at ``start.ends``, and skips
+    ``end.skips``. ``floors`` (where a shard this process took over began: the group's committed
+    offset, or a `Resume` for a key range) raises a beginning, and adds its skip pieces, so that a batch
     replayed after a restart does not re-read what another owner already processed and committed.
     """
     mine = set(owned)
@@ -213,15 +338,21 @@ def batch_ranges(
         begin = end.starts.get(s, start.ends.get(s))
         if begin is None:
             raise OffsetFormatError(f"the batch ends {s} at {end.ends[s]} but says nowhere where it begins")
-        if floors is not None and s in floors:
-            begin = max(begin, floors[s])
+        skip = end.skips.get(s, ())
+        floor = floors.get(s) if floors is not None else None
+        if isinstance(floor, Resume):
+            begin = max(begin, floor.start)
+            skip = merge_skips(skip, floor.skip)
+        elif floor is not None:
+            begin = max(begin, floor)
         if end.ends[s] > begin:
-            out.append(ShardRange(s, begin, end.ends[s]))
+            out.append(ShardRange(s, begin, end.ends[s], pending(skip, begin)))
     return out
 
 
 def split_ranges(ranges: Iterable[ShardRange], max_records: int) -> list[ShardRange]:
-    """Cut ranges into pieces of at most ``max_records`` so that a big shard keeps every core busy."""
+    """Cut ranges into pieces of at most ``max_records`` so that a big shard keeps every core busy
+    (each piece with the skip pieces that still drop records in it)."""
     if max_records <= 0:
         raise ValueError(f"max_records must be > 0, got {max_records}")
     out: list[ShardRange] = []
@@ -229,7 +360,7 @@ def split_ranges(ranges: Iterable[ShardRange], max_records: int) -> list[ShardRa
         at = r.start
         while at < r.end:
             nxt = min(r.end, at + max_records)
-            out.append(ShardRange(r.shard, at, nxt))
+            out.append(ShardRange(r.shard, at, nxt, pending(r.skip, at)))
             at = nxt
     return out
 
@@ -242,12 +373,19 @@ class Holding:
     (and cleared) by the next plan. ``floor``: the group's committed offset when this process took the
     shard (or where the reset policy began it): a batch replayed from the checkpoint never reads below
     it, because another owner processed and committed what lies below. ``committed``: the offset known
-    to be committed (None: none known), so that a boundary commits only what moved.
+    to be committed (None: none known), so that a boundary commits only what moved. ``skip``: the
+    skip pieces of the shard's `Resume` when taken (records former owners did, above the floor):
+    part of the floor — every batch skips them while they drop anything (`plan`, `ranges`).
     """
 
     floor: int
     committed: int | None
     begin: int | None
+    skip: Skip = ()
+
+    @property
+    def resume(self) -> Resume:
+        return Resume(self.floor, self.skip)
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +402,10 @@ class Boundary:
        policy); a shard taken back begins there only if that is further on than where this query's
        finished batch left it (`plan`) — unless that batch was replayed without it (rule 1): then it
        left it nowhere, and the shard begins where the driver said (`replayed`).
+    5. A key range (or a whole partition kept in fragments) taken with skip pieces — records former
+       owners did — skips them in every batch, planned or replayed, until its position passes them;
+       each planned batch carries those it still needs, so that a replay from the checkpoint alone
+       skips them too (`plan`, `ranges`).
     """
 
     holdings: Mapping[Shard, Holding] = field(default_factory=dict)
@@ -291,12 +433,14 @@ class Boundary:
                 held[s] = replace(held[s], committed=o)
         return Boundary(held, self.skipped)
 
-    def taken(self, starts: Mapping[Shard, int], committed: Mapping[Shard, int]) -> Boundary:
-        """After an Assign: each shard of ``starts`` begins there, its floor too; ``committed`` are
-        the group's committed offsets the driver read for them."""
+    def taken(self, starts: Mapping[Shard, int | Resume], committed: Mapping[Shard, int]) -> Boundary:
+        """After an Assign: each shard of ``starts`` begins there, its floor too (a `Resume`: where
+        it begins and what it skips); ``committed`` are the group's committed offsets the driver read
+        for them (for a key range: its own fragment's, if it has one)."""
         held = dict(self.holdings)
         for s, at in starts.items():
-            held[s] = Holding(floor=at, committed=committed.get(s), begin=at)
+            r = at if isinstance(at, Resume) else Resume(at)
+            held[s] = Holding(floor=r.start, committed=committed.get(s), begin=r.start, skip=r.skip)
         return Boundary(held, self.skipped)
 
     def released(self, shards: Iterable[Shard]) -> Boundary:
@@ -311,7 +455,8 @@ class Boundary:
         that plan carries every shard's beginning."""
         beginnings = {s: h.begin for s, h in self.holdings.items() if h.begin is not None}
         unread = self.skipped[1] if self.skipped is not None and self.skipped[0] == finished else frozenset()
-        end = plan_next(finished, self.owned, beginnings, log_ends, max_records, epoch, unread)
+        skips = {s: h.skip for s, h in self.holdings.items() if h.skip}
+        end = plan_next(finished, self.owned, beginnings, log_ends, max_records, epoch, unread, skips)
         # Past this plan, the replayed batch is no longer the finished one: a skipped shard is either
         # taken back now (and began where the driver said) or absent from the planned batch.
         if not beginnings and self.skipped is None:
@@ -326,4 +471,4 @@ class Boundary:
 
     def ranges(self, start: BatchOffset, end: BatchOffset) -> list[ShardRange]:
         """What the planned (or replayed) batch (start, end) reads (see `batch_ranges`)."""
-        return batch_ranges(start, end, self.owned, {s: h.floor for s, h in self.holdings.items()})
+        return batch_ranges(start, end, self.owned, {s: h.resume for s, h in self.holdings.items()})

@@ -9,6 +9,16 @@ done only at a batch boundary — when Spark asks for the next offset, the previ
 * newly assigned shards begin at the group's committed offsets (``startingOffsets`` when none);
 * after fencing (lost), everything is dropped without committing; the member rejoins by itself.
 
+Key ranges (``regroup groups parallelism GROUP TOPIC N``, docs/key-ranges.md) are shards like whole
+partitions here. A newly assigned range begins where `Membership.where_to_resume` says — at its own
+committed fragment after a split, at the laggard fragment after a merge — with the *skip pieces* of
+the records its former owners already did; the `Boundary` keeps them and every planned batch carries
+those it still needs (in the checkpoint too, `BatchOffset.skips`), until the range's position passes
+them. A batch reads each range's slice of its partition on an executor, which keeps the records of
+the range (`regroup.spark.read`). A range's committed offset after a batch is the batch's end for it,
+as for a whole partition: it read the partition up to there. Revoke-then-assign is overlap-aware in
+the coordinator, so a change of parallelism hands ranges off at batch boundaries like partitions.
+
 What to do with the coordinator's actions is the member driver's (`regroup.protocol.driver`), shared
 with `regroup.Consumer`; what a batch covers is the `Boundary`'s (`regroup.protocol.microbatch`). Both
 are pure: this class only does the I/O and keeps the one `Boundary` value. `plan` — Spark's
@@ -209,15 +219,10 @@ class QueryMember:
                 self.boundary = self.boundary.released(action.shards)
                 self.membership.revocation_done(action.shards)
             elif isinstance(action, Assign):
-                ranged = sorted(str(s) for s in action.shards if not s.whole)
-                if ranged:  # reading a key range means filtering by key hash: not in the source yet
-                    raise SourceFatalError(
-                        f"regroup source, group {self.opts.group!r}: the group cuts partitions into key "
-                        f"ranges ({', '.join(ranged[:3])}...), which the PySpark source does not read yet; "
-                        "set the topics' parallelism back to 1 (regroup groups parallelism GROUP TOPIC 1) "
-                        "or read this group with regroup.Consumer")
                 try:
-                    committed, starts = self.membership.where_to_begin(action.shards, self._reset, self.log)
+                    # Key ranges too: a range (or a whole partition whose progress is kept in
+                    # fragments) begins at its laggard fragment, with the pieces it skips.
+                    committed, starts = self.membership.where_to_resume(action.shards, self._reset, self.log)
                 except OffsetFetchError as e:  # where to begin is unknown: try at the next boundary
                     if self._backlog.defer(action):
                         log.warning("cannot read committed offsets yet (%s); taking the partitions later", e)

@@ -9,6 +9,15 @@ Spark's Python data source API splits a source in two:
 * ``read`` runs in Spark's Python workers, one call per input partition: it opens the log and yields
   Arrow record batches of one offset range, straight from the log's columns.
 
+Key ranges (a group's ``parallelism`` above 1 for a topic, docs/key-ranges.md): each key range the
+query owns is a shard of its own, so it becomes input partitions of its own — one partition's ranges
+run as parallel Spark tasks. A range's task reads its partition's records ``[start, end)`` and keeps
+those whose key hash is in the range (and, after a merge, drops those a former owner did: the skip
+pieces its `ShardRange` carries); the filter is vectorised (`regroup.spark.read`). Each range's task
+reads the whole slice of the partition, so a query with ``n`` ranges of one partition reads it ``n``
+times, and ``maxRecordsPerTrigger`` / ``maxRecordsPerSplit`` count records read, not kept. A range
+(or a whole partition after a merge) is committed at the batch's end for it, like a partition.
+
 Offsets in Spark's checkpoint are `BatchOffset` JSON (see `regroup.protocol.microbatch`); those this
 reader plans also carry its random token (``"reader"``), by which the driver's listener reports which
 batches finished (`regroup.spark.finished`): a stopping query commits its last batch if it finished.
@@ -36,11 +45,12 @@ log = logging.getLogger("regroup.spark")
 
 
 class RangePartition(InputPartition):
-    """One Spark task: one `ShardRange` (records [start, end) of one partition) of the log ``log_spec``."""
+    """One Spark task: one `ShardRange` (records [start, end) of one partition, of one key range when
+    the shard is one) of the log ``log_spec``."""
 
     def __init__(self, log_spec: str, shard_range: ShardRange) -> None:
         r = shard_range
-        super().__init__((r.shard.topic, r.shard.partition, r.start, r.end))
+        super().__init__((r.shard.topic, r.shard.partition, r.shard.lo, r.shard.hi, r.start, r.end))
         self.log_spec, self.range = log_spec, shard_range
 
 
@@ -98,7 +108,7 @@ class RegroupStreamReader(DataSourceStreamReader):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, RangePartition)
         r = partition.range
-        return read_range(partition.log_spec, r.shard, r.start, r.end)
+        return read_range(partition.log_spec, r.shard, r.start, r.end, r.skip)
 
     def stop(self) -> None:
         if self._member is not None:

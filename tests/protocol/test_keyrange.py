@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 
+import numpy as np
 import pytest
 import xxhash
 from hypothesis import given
@@ -17,6 +18,7 @@ from regroup.protocol.keyrange import (
     MAX_PARALLELISM,
     Resume,
     commit_fragments,
+    kept,
     key_hash,
     range_of,
     range_shards,
@@ -113,6 +115,46 @@ def test_fragments_coalesce_once_the_owner_passes_them() -> None:
     frags = {lo: CommittedOffset(20, "m", 1), hi: CommittedOffset(30)}
     gone, written = commit_fragments(frags, Shard("t", 0), CommittedOffset(31, "m", 1))
     assert sorted(gone) == [lo, hi] and written == {Shard("t", 0): CommittedOffset(31, "m", 1)}
+
+
+# ------------------------------------------------------------------- a column at a time: `kept`
+
+@given(
+    st.lists(st.one_of(st.none(), st.binary(max_size=12), st.sampled_from([b"a", b"b", b""])), max_size=60),
+    st.sampled_from([1, 2, 3, 4, 7]).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n - 1))),
+    st.lists(st.integers(0, 80), max_size=4),
+    st.integers(0, 1000),
+)
+def test_kept_is_the_rule_record_by_record(
+    keys: list[bytes | None], which: tuple[int, int], stops: list[int], first: int,
+) -> None:
+    """`kept` (the executors' vectorised filter) agrees with `key_hash`, the range and `Resume.skips`
+    for keyed and keyless records, with and without skip pieces."""
+    n, i = which
+    lo, hi = ranges(n)[i]
+    # disjoint pieces of the range, each done below some offset (what a merge's Resume holds)
+    cuts = sorted({lo + (hi - lo) * k // (len(stops) + 1) for k in range(len(stops) + 2)})
+    skip = tuple((a, b, first + stop) for (a, b), stop in zip(itertools.pairwise(cuts), stops, strict=False))
+    offsets = np.arange(first, first + len(keys), dtype=np.int64)
+    rule = Resume(first, skip)
+    want = [lo <= key_hash(k, o) < hi and not rule.skips(key_hash(k, o), o)
+            for k, o in zip(keys, range(first, first + len(keys)), strict=True)]
+    assert kept(keys, offsets, lo, hi, skip).tolist() == want
+    assert kept(keys, offsets, lo, hi).tolist() == [lo <= key_hash(k, int(o)) < hi
+                                                    for k, o in zip(keys, offsets, strict=True)]
+
+
+def test_kept_of_a_whole_partition_keeps_all_but_what_is_skipped() -> None:
+    keys: list[bytes | None] = [b"x", None, b"y"]
+    offsets = np.array([7, 8, 9], dtype=np.int64)
+    assert kept(keys, offsets, 0, KEY_SPACE).tolist() == [True, True, True]
+    assert kept(keys, offsets, 0, KEY_SPACE, ((0, KEY_SPACE, 9),)).tolist() == [False, False, True]
+    assert kept([], np.array([], dtype=np.int64), 0, KEY_SPACE).tolist() == []
+
+
+def test_kept_refuses_overlapping_skip_pieces() -> None:
+    with pytest.raises(ValueError, match="overlap"):
+        kept([b"x"], np.array([1], dtype=np.int64), 0, KEY_SPACE, ((0, 10, 5), (5, 20, 5)))
 
 
 # ------------------------------------------------------------------------------- the model

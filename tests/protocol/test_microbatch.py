@@ -1,13 +1,20 @@
-"""Micro-batch planning: checkpoint format, fair limits, and the invariants of a sequence of batches."""
+"""Micro-batch planning: checkpoint format, fair limits, and the invariants of a sequence of batches;
+key ranges: their checkpoint keys, their skip pieces, and a model of a query through parallelism changes."""
 
 from __future__ import annotations
 
+import itertools
+from collections import Counter
 from typing import NamedTuple
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from regroup.protocol.driver import OffsetReset, resumes
+from regroup.protocol.keyrange import KEY_SPACE, Resume, commit_fragments, kept, key_hash, range_shards
+from regroup.protocol.messages import CommittedOffset
 from regroup.protocol.microbatch import (
     BatchOffset,
     Boundary,
@@ -15,7 +22,10 @@ from regroup.protocol.microbatch import (
     ShardRange,
     batch_ranges,
     finished_positions,
+    merge_skips,
+    parse_shard_key,
     plan_next,
+    shard_key,
     split_ranges,
 )
 from regroup.protocol.shard import Shard
@@ -320,3 +330,264 @@ def test_the_boundary_keeps_the_sources_guarantees(
         if clean:
             assert len(reads[s]) == len(set(reads[s])), f"{s}: read twice in a clean run"
             assert sorted(reads[s]) == list(range(len(reads[s]))), f"{s}: gap"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Key ranges: checkpoint keys, skip pieces, and a query through changes of parallelism.
+
+HALF = KEY_SPACE // 2
+LO, HI = Shard("t", 0, 0, HALF), Shard("t", 0, HALF, KEY_SPACE)
+
+
+def test_range_shard_keys_round_trip_and_whole_partitions_keep_their_old_key() -> None:
+    assert shard_key(Shard("t", 0)) == "t:0"
+    assert shard_key(HI) == f"t:0:{HALF}-{KEY_SPACE}" == "t:0:2147483648-4294967296"
+    for s in (Shard("t", 0), LO, HI, Shard("a:b", 7, 5, 9), Shard("a:1-2", 3), Shard("x:3", 7, 0, 1)):
+        assert parse_shard_key(shard_key(s)) == s
+    assert parse_shard_key("t:0") == Shard("t", 0) and parse_shard_key("t:0").whole
+
+
+def test_a_checkpoint_written_before_key_ranges_reads_identically() -> None:
+    old = {"v": 1, "epoch": 3, "ends": {"t:0": 5, "t:1": 7, "a:b:2": 1}, "starts": {"t:1": 2}}
+    off = BatchOffset.from_json(old)
+    assert off == BatchOffset({A: 5, B: 7, Shard("a:b", 2): 1}, {B: 2}, 3)
+    assert off.skips == {} and off.to_json() == old  # and it writes back byte for byte
+
+
+def test_range_offsets_and_their_skips_round_trip() -> None:
+    whole = Shard("t", 1)
+    off = BatchOffset({HI: 40, LO: 30, whole: 9}, {HI: 20}, 5,
+                      {HI: ((HALF, HALF + 10, 25), (HALF + 10, KEY_SPACE, 35)), whole: ((0, 7, 4),)})
+    js = off.to_json()
+    assert js == {
+        "v": 1, "epoch": 5,
+        "ends": {"t:0:0-2147483648": 30, "t:0:2147483648-4294967296": 40, "t:1": 9},
+        "starts": {"t:0:2147483648-4294967296": 20},
+        "skips": {"t:0:2147483648-4294967296": [[HALF, HALF + 10, 25], [HALF + 10, KEY_SPACE, 35]],
+                  "t:1": [[0, 7, 4]]},
+    }
+    assert BatchOffset.from_json(js) == off
+    assert "skips" not in BatchOffset({HI: 4}, skips={HI: ()}).to_json()  # empty: not written
+
+
+@pytest.mark.parametrize("key", [
+    "t0", ":0", "t:", "t:x", "t:0:", "t:0:5-", "t:0:-5", "t:0:5", "t:0:1-2-3", "t:x:1-2", ":1-2", "0:1-2",
+    "t:0:5-5", "t:0:6-5", "t:0:0-4294967297", "t:0:01-5", "t:0:0-4294967296", "t:0:a-b", "t:0:٣-5",
+])
+def test_malformed_shard_keys_are_refused_clearly(key: str) -> None:
+    if key == "t:0:5":  # not malformed: topic "t:0", partition 5 — a colon in a topic name reads back
+        assert parse_shard_key(key) == Shard("t:0", 5)
+        return
+    with pytest.raises(OffsetFormatError, match="shard key"):
+        parse_shard_key(key)
+    with pytest.raises(OffsetFormatError, match="shard key"):
+        BatchOffset.from_json({"v": 1, "ends": {key: 1}})
+
+
+R = "t:0:0-2147483648"
+
+
+@pytest.mark.parametrize(("skips", "message"), [
+    ([], "'skips' must be an object"),
+    ({R: []}, "non-empty list"),
+    ({R: [[0, 5]]}, "malformed piece"),
+    ({R: [[0, 5, True]]}, "malformed piece"),
+    ({R: [(0, 5, 3)]}, "malformed piece"),
+    ({R: [[0, 5, 0]]}, "outside"),
+    ({R: [[5, 5, 3]]}, "outside"),
+    ({R: [[0, HALF + 1, 3]]}, "outside"),
+    ({R: [[0, 5, 3], [4, 9, 3]]}, "sorted and disjoint"),
+    ({R: [[5, 9, 3], [0, 5, 3]]}, "sorted and disjoint"),
+    ({"t:1": [[0, 5, 3]]}, "no end for it"),
+    ({"t:0:x": [[0, 5, 3]]}, "malformed shard key"),
+])
+def test_malformed_skips_are_refused_clearly(skips: object, message: str) -> None:
+    with pytest.raises(OffsetFormatError, match=message):
+        BatchOffset.from_json({"v": 1, "ends": {R: 10}, "skips": skips})
+
+
+def test_merge_skips_keeps_the_highest_offset_where_pieces_overlap() -> None:
+    assert merge_skips() == () and merge_skips((), ()) == ()
+    assert merge_skips([(0, 10, 5), (10, 20, 5)]) == ((0, 20, 5),)  # neighbours with one offset coalesce
+    assert merge_skips([(0, 10, 5)], [(5, 15, 8)]) == ((0, 5, 5), (5, 15, 8))
+    assert merge_skips([(0, 10, 9)], [(5, 15, 8)]) == ((0, 10, 9), (10, 15, 8))
+    assert merge_skips([(20, 30, 1), (0, 10, 4)], [(0, 10, 4)]) == ((0, 10, 4), (20, 30, 1))
+
+
+def test_a_merged_range_carries_its_skips_until_it_passes_them() -> None:
+    # The whole partition after a merge: LO was done to 10, HI to 30. It begins at 10 and skips HI's
+    # records below 30; with 8 records a batch it passes them in the third batch.
+    r = Resume(10, ((HALF, KEY_SPACE, 30),))
+    whole = Shard("t", 0)
+    b = Boundary().taken({whole: r}, {})
+    b, end1 = b.plan(BatchOffset(), {whole: 100}, 8, 1)
+    assert end1 == BatchOffset({whole: 18}, {whole: 10}, 1, {whole: ((HALF, KEY_SPACE, 30),)})
+    assert b.ranges(BatchOffset(), end1) == [ShardRange(whole, 10, 18, ((HALF, KEY_SPACE, 30),))]
+    b, end2 = b.plan(end1, {whole: 100}, 8, 1)
+    b, end3 = b.plan(end2, {whole: 100}, 8, 1)
+    assert end2.skips == end3.skips == {whole: ((HALF, KEY_SPACE, 30),)}  # 26..34 still has 26..29
+    b, end4 = b.plan(end3, {whole: 100}, 8, 1)
+    assert end4.skips == {} and b.ranges(end3, end4) == [ShardRange(whole, 34, 42)]
+    assert b.to_commit(end4) == {whole: 42}  # committed at the batch's end, like any partition
+    # A replay of batch 2 from the checkpoint alone skips the same records.
+    assert Boundary().taken({whole: 10}, {}).ranges(end1, BatchOffset.from_json(end2.to_json())) == [
+        ShardRange(whole, 18, 26, ((HALF, KEY_SPACE, 30),))]
+
+
+def test_a_replay_by_a_process_that_took_the_range_later_adds_what_its_own_resume_skips() -> None:
+    start, end = BatchOffset({HI: 10}), BatchOffset({HI: 40}, skips={HI: ((HALF, HALF + 100, 20),)})
+    later = Boundary().taken({HI: Resume(15, ((HALF + 50, KEY_SPACE, 30),))}, {})
+    assert later.ranges(start, end) == [
+        ShardRange(HI, 15, 40, ((HALF, HALF + 50, 20), (HALF + 50, KEY_SPACE, 30)))]
+    assert batch_ranges(start, end, {HI}, {HI: 12}) == [ShardRange(HI, 12, 40, ((HALF, HALF + 100, 20),))]
+
+
+def test_a_range_taken_back_behind_its_finished_position_still_skips_what_others_did() -> None:
+    # Finished batch: HI up to 20. HI comes back with Resume(18, skip up to 25 of a sub-range): it
+    # continues from 20 (no re-read) and still skips the sub-range's records below 25.
+    finished = BatchOffset({HI: 20})
+    b = Boundary().taken({HI: Resume(18, ((HALF, HALF + 5, 25),))}, {})
+    _, end = b.plan(finished, {HI: 30}, None, 2)
+    assert end == BatchOffset({HI: 30}, {}, 2, {HI: ((HALF, HALF + 5, 25),)})
+
+
+def test_split_ranges_keep_only_the_skips_each_piece_needs() -> None:
+    r = ShardRange(HI, 0, 5, ((HALF, HALF + 1, 2), (HALF + 1, KEY_SPACE, 4)))
+    assert split_ranges([r], 2) == [
+        ShardRange(HI, 0, 2, r.skip), ShardRange(HI, 2, 4, ((HALF + 1, KEY_SPACE, 4),)), ShardRange(HI, 4, 5)]
+
+
+def kept_records(ranges: list[ShardRange], keys: list[bytes | None]) -> list[int]:
+    """The offsets the ranges keep, record by record by the rule (`key_hash`, `Resume.skips`)."""
+    out = []
+    for r in ranges:
+        rule = Resume(r.start, r.skip)
+        for o in range(r.start, r.end):
+            pt = key_hash(keys[o], o)
+            if r.shard.lo <= pt < r.shard.hi and not rule.skips(pt, o):
+                out.append(o)
+    return out
+
+
+KEYS: list[bytes | None] = [b"a", b"b", b"c", b"d", b"e", b"f", b"g", None]
+MINE, THEIRS = "query", "other"
+
+
+class RangeStep(NamedTuple):
+    keys: list[bytes | None]
+    change: tuple[int, list[str]] | None
+    other_reads: int
+    limit: int | None
+
+
+@st.composite
+def range_runs(draw: st.DrawFn) -> list[RangeStep]:
+    """Boundaries of one query sharing one partition with another member: at each, records arrive
+    (keys drawn from a few, some keyless), the other member reads some of its ranges' records, and
+    maybe the group's parallelism or assignment changes (every range to the query or the other)."""
+    steps = []
+    for _ in range(draw(st.integers(1, 14))):
+        keys = draw(st.lists(st.sampled_from(KEYS), max_size=25))
+        change = None
+        if draw(st.booleans()):
+            n = draw(st.sampled_from([1, 2, 3, 4]))
+            change = (n, draw(st.lists(st.sampled_from([MINE, THEIRS]), min_size=n, max_size=n)))
+        steps.append(RangeStep(keys, change, draw(st.integers(0, 30)),
+                               draw(st.one_of(st.none(), st.integers(0, 40)))))
+    return steps
+
+
+@settings(max_examples=300, deadline=None)
+@given(range_runs())
+def test_a_query_through_changes_of_parallelism_reads_every_record_once(steps: list[RangeStep]) -> None:
+    """Model: one partition; a query (`Boundary`, as `QueryMember` drives it) and another member
+    share its key ranges; the group commits per range into fragments (`commit_fragments`) and new
+    owners resume from them (`driver.resumes`, what `Membership.where_to_resume` returns). At a
+    change everyone commits and releases before anyone takes a range (revoke-then-assign). The query's
+    batches are read as executors read them: the partition's [start, end), kept by `keyrange.kept`
+    with the batch's skips — checked against the record-by-record rule. Every record is processed
+    exactly once, each batch replays from its checkpoint JSON alone, and each key keeps its order."""
+    keys: list[bytes | None] = []
+    frags: dict[Shard, CommittedOffset] = {}
+    reads: Counter[int] = Counter()
+    order: dict[bytes, list[int]] = {}
+    b, finished = Boundary(), BatchOffset()
+    other: dict[Shard, tuple[int, Resume]] = {}  # the other member's ranges: position, resume
+
+    def commit(offsets: dict[Shard, int]) -> None:
+        for s, o in offsets.items():
+            gone, written = commit_fragments(frags, s, CommittedOffset(o))
+            for f in gone:
+                del frags[f]
+            frags.update(written)
+
+    def process(o: int) -> None:
+        reads[o] += 1
+        k = keys[o]
+        if k is not None:
+            order.setdefault(k, []).append(o)
+
+    def other_reads(upto_of: dict[Shard, int]) -> None:
+        for s, (pos, r) in sorted(other.items()):
+            upto = max(pos, upto_of[s])
+            for o in range(pos, upto):
+                pt = key_hash(keys[o], o)
+                if s.lo <= pt < s.hi and not r.skips(pt, o):
+                    process(o)
+            commit({s: upto})
+            other[s] = (upto, r.passed(upto))
+
+    def take(assigned: dict[Shard, str]) -> None:
+        nonlocal b
+        where = resumes(assigned, {f: c.offset for f, c in frags.items()}, OffsetReset.EARLIEST, {})
+        mine = {s: where[s] for s, who in assigned.items() if who == MINE}
+        b = b.taken(mine, {s: frags[s].offset for s in mine if s in frags})
+        other.update({s: (where[s].start, where[s]) for s, who in assigned.items() if who == THEIRS})
+
+    take({Shard("t", 0): MINE})
+    for new_keys, change, n_other, limit in steps:
+        keys.extend(new_keys)
+        end_of_log = len(keys)
+        # the boundary: the finished batch is committed, the other member reads and commits
+        to_commit = b.to_commit(finished)
+        commit(to_commit)
+        b = b.with_committed(to_commit)
+        other_reads({s: min(end_of_log, pos + n_other) for s, (pos, _) in other.items()})
+        if change is not None:  # revoke everything (committed above), then assign the new ranges
+            b = b.released(b.owned)
+            other.clear()
+            n, owners = change
+            take(dict(zip(range_shards("t", 0, n), owners, strict=True)))
+        b, end = b.plan(finished, dict.fromkeys(b.owned, end_of_log), limit, 1)
+        if end == finished:
+            continue
+        ranges = b.ranges(finished, end)
+        # The checkpoint alone says what the batch reads and skips (a replay knows nothing else)...
+        assert batch_ranges(finished, BatchOffset.from_json(end.to_json()), b.owned) == ranges
+        # ...and a process restarted now, taking the same ranges where the group's fragments say,
+        # would keep the very same records of it.
+        now = {f: c.offset for f, c in frags.items()}
+        restarted = Boundary().taken(resumes(b.owned, now, OffsetReset.EARLIEST, {}), {})
+        assert kept_records(restarted.ranges(finished, end), keys) == kept_records(ranges, keys)
+        if limit is not None:
+            assert sum(r.count for r in ranges) <= limit
+        for r in ranges:
+            assert all(a[1] <= c[0] for a, c in itertools.pairwise(r.skip)), "skip pieces overlap"
+            offsets = np.arange(r.start, r.end, dtype=np.int64)
+            mask = kept(keys[r.start:r.end], offsets, r.shard.lo, r.shard.hi, r.skip)
+            expected = kept_records([r], keys)
+            assert [o for o, k in zip(range(r.start, r.end), mask.tolist(), strict=True) if k] == expected, \
+                "the executors' filter disagrees with the rule"
+            for o in expected:
+                process(o)
+        finished = end
+    # Finally everyone commits and leaves; one member takes the whole partition and reads the rest.
+    commit(b.to_commit(finished))
+    other_reads({s: pos for s, (pos, _) in other.items()})
+    other.clear()
+    b = Boundary()
+    take({Shard("t", 0): THEIRS})
+    other_reads({Shard("t", 0): len(keys)})
+    assert reads == Counter(range(len(keys))), "lost or repeated records"
+    for k, offsets in order.items():
+        assert offsets == sorted(offsets), f"key {k!r} out of order"
