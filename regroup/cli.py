@@ -44,6 +44,32 @@ def bench_heartbeat(
     run_heartbeat_bench(members=members, json_output=json_output)
 
 
+@bench_app.command("key-ranges")
+def bench_key_ranges(
+    records: int = typer.Option(4_000, min=100, help="Records in the one partition."),
+    keys: int = typer.Option(64, min=1, help="Distinct keys."),
+    work_ms: float = typer.Option(1.0, min=0.0, help="Handler work per record (ms)."),
+    workers: str = typer.Option("2,4,8", help="Comma-separated worker counts (= parallelism) besides 1."),
+    handlers: str = typer.Option("io,cpu", help="io (waits, releasing the GIL), cpu (pure-Python work), "
+                                                "or both."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+) -> None:
+    """One hot partition drained by 1 member vs N workers on N key ranges (Consumer(workers=N))."""
+    from regroup.bench.key_ranges import HANDLERS, Settings, run_key_range_bench
+
+    try:
+        counts = tuple(int(n) for n in workers.split(",") if n.strip())
+    except ValueError:
+        raise typer.BadParameter(f"--workers wants comma-separated integers, got {workers!r}") from None
+    if any(n < 2 or n > 1024 for n in counts):
+        raise typer.BadParameter(f"--workers: each count must be 2..1024, got {workers!r}")
+    kinds = tuple(h.strip() for h in handlers.split(",") if h.strip())
+    if not kinds or any(k not in HANDLERS for k in kinds):
+        raise typer.BadParameter(f"--handlers: choose from {', '.join(HANDLERS)}, got {handlers!r}")
+    raise typer.Exit(run_key_range_bench(Settings(records, keys, work_ms, counts, kinds),
+                                         json_output=json_output))
+
+
 @app.command("demo")
 def demo(
     members: int = typer.Option(3, min=2, help="Spark member processes at the start."),
