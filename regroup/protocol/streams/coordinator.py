@@ -377,14 +377,19 @@ class StreamsGroups:
                                                    self.limits.heartbeat_interval_ms))
 
     def _static_leave(self, req: StreamsHeartbeatRequest, now: int) -> Outcome[StreamsHeartbeatResponse]:
-        """A static member steps out for a while: it keeps its tasks until its session times out."""
+        """A static member steps out for a while: it keeps its assigned tasks until its session times
+        out, and releases at once those it was told to give up (a member stops its tasks, committing
+        the actives' last batches, before it leaves), waking the members waiting for them — as for
+        consumer groups. Nothing else moves: no epoch bump, no new target."""
         group = self._known_member(req)
         cur = group.current[req.member_id]
         ch = _Changes(self.groups)
-        if cur.epoch != STATIC_LEAVE_EPOCH:
-            away = StreamsCurrent(STATIC_LEAVE_EPOCH, cur.epoch, cur.status, cur.assigned,
-                                  cur.pending_revocation)
+        back_at = cur.previous_epoch if cur.epoch == STATIC_LEAVE_EPOCH else cur.epoch
+        status = MemberStatus.STABLE if cur.status is MemberStatus.UNREVOKED else cur.status
+        away = StreamsCurrent(STATIC_LEAVE_EPOCH, back_at, status, cur.assigned, NO_TASKS)
+        if away != cur:
             ch.emit(StreamsCurrentRecord(group.group_id, req.member_id, away))
+            self._wake_waiters(ch, group, _released(held(cur), held(away)))
         self.timers.disarm(TimerKind.REVOCATION, group.group_id, req.member_id)
         self._touch(group.group_id, req.member_id, now)
         return ch.outcome(StreamsHeartbeatResponse(ErrorCode.NONE, "", req.member_id, STATIC_LEAVE_EPOCH,

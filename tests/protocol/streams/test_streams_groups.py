@@ -185,6 +185,35 @@ def test_static_restart_keeps_tasks_without_an_epoch_bump() -> None:
     assert "a1" not in d.group().members
 
 
+def test_a_static_member_stepping_out_while_revoking_releases_those_tasks_at_once() -> None:
+    """Issue 14: a static member that leaves temporarily (-2) while it must give tasks up stopped
+    them before leaving, so the members waiting for them get them now, not at its session timeout."""
+    d = Deployment(config=StreamsConfig(standby_replicas=1, acceptable_recovery_lag=LIMIT))
+    d.join("a1", "P1", instance_id="i1")
+    d.commit("a1", 50_000)
+    d.heartbeat("a1")
+    b = d.join("b", "P2")
+    d.settle(restore=False)
+    d.restore("b")
+    d.heartbeat("b")  # b's copies caught up: the target moves half the tasks to b
+    moving = d.target("b").active
+    assert moving and not b.owned.active
+    d.heartbeat("a1")  # told to revoke...
+    assert d.group().current["a1"].status is MemberStatus.UNREVOKED
+    d.heartbeat("b")
+    assert d.group().current["b"].status is MemberStatus.UNRELEASED
+    d.leave("a1", static=True)  # ...and steps out instead (its tasks stopped and committed)
+    away = d.group().current["a1"]
+    assert away.epoch == -2 and away.pending_revocation == NO_TASKS
+    assert (GROUP, "b") in d.outcomes[-1].wake  # nudged: the tasks it waits for are free
+    d.heartbeat("b")
+    assert b.owned.active == moving
+    d.join("a2", "P1", instance_id="i1")  # back: what it kept, nothing it released
+    assert d.members["a2"].owned.active.isdisjoint(moving)
+    d.settle()
+    assert set(d.actives()) == ALL4
+
+
 def test_a_fenced_member_is_told_to_rejoin_and_its_old_epoch_is_refused() -> None:
     d = Deployment()
     a = d.join("a", "P1")
