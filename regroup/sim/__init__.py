@@ -6,6 +6,8 @@
 ``workload``           the partitioned log, the poll-loop cadence, a process's work on its shards
 ``observers``          what consumers report (acquire, activate, processed, stop, release)
 ``invariants``         the checker, fed observations and coordinator records
+``keyranges``          key-range runs: which key each record carries, which records a range processes
+``key_invariants``     the checker of key-range runs: the processing rules key by key
 ``coordinator_node``   the real `Coordinator` behind a simulated shell (durable log, timers, restarts)
 ``member_node``        a consumer process driving the real `MemberStateMachine`
 ``kip848``             a group on the real core, with nudges (regroup) or without (KIP-848 as shipped)

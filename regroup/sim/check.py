@@ -4,6 +4,10 @@ One seed = one `FaultPlan` run through `Kip848System` with an `InvariantChecker`
 event, then a liveness phase: after the quiet time the group must settle within `liveness_bound_ms`
 and stay settled, and every record produced must have been processed. A failing seed prints the
 command that replays it; replaying prints the event log, event for event.
+
+``key_ranges`` (``--key-ranges``) runs the key-range plan of the seed (faults.py: the same faults plus
+parallelism changes of the live group): records carry keys (keyranges.py), members process key
+ranges, and `KeyRangeChecker` checks the processing rules key by key (key_invariants.py).
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from regroup.protocol.config import CoordinatorConfig
 from regroup.sim.engine import Engine
 from regroup.sim.faults import FaultPlan, PlannedEvent, apply_event, make_plan
 from regroup.sim.invariants import LIVENESS, PROTOCOL, InvariantChecker, Violation
+from regroup.sim.key_invariants import KeyRangeChecker
+from regroup.sim.keyranges import RecordKeys
 from regroup.sim.kip848 import Kip848System
 from regroup.sim.member_node import MemberSettings
 from regroup.sim.network import Network
@@ -74,30 +80,35 @@ class CheckResult:
                 "stats": self.stats}
 
 
-def replay_command(seed: int, duration_s: int, events: int, stale_requests: bool = False) -> str:
-    stale = " --stale-requests" if stale_requests else ""
-    return f"regroup sim check --seed {seed} --duration {duration_s} --events {events}{stale}"
+def replay_command(seed: int, duration_s: int, events: int, stale_requests: bool = False,
+                   key_ranges: bool = False) -> str:
+    options = (" --stale-requests" if stale_requests else "") + (" --key-ranges" if key_ranges else "")
+    return f"regroup sim check --seed {seed} --duration {duration_s} --events {events}{options}"
 
 
 def run_seed(seed: int, duration_s: int = DEFAULT_DURATION_S, events: int = DEFAULT_EVENTS,
-             record: bool = False, stale_requests: bool = False) -> CheckResult:
-    """Run one seed's fault plan and check every invariant; ``record`` keeps the event log."""
+             record: bool = False, stale_requests: bool = False, key_ranges: bool = False) -> CheckResult:
+    """Run one seed's fault plan and check every invariant; ``record`` keeps the event log;
+    ``key_ranges`` runs its key-range plan (parallelism changes) with the key-level checks."""
     started = time.perf_counter()
-    plan = make_plan(seed, duration_s * 1000, events, stale_requests)
+    plan = make_plan(seed, duration_s * 1000, events, stale_requests, key_ranges)
     rng = random.Random(seed)
     engine = Engine(record=record)
     log = ProducedLog()
     for topic, partitions in plan.topics:
         log.create(topic, partitions, 0)
     network = Network(engine, rng, plan.network, faults_until=plan.quiet_at_ms)
-    checker = InvariantChecker()
+    keys = RecordKeys(seed) if key_ranges else None
+    checker = InvariantChecker() if keys is None else KeyRangeChecker(keys)
     settings = MemberSettings(topics=plan.subscribed)
     config = CoordinatorConfig()
     poll = PollModel()
     system = Kip848System(engine, rng, network, log, nudges=plan.nudges, settings=settings, config=config,
-                          poll=poll, checker=checker)
+                          poll=poll, checker=checker, keys=keys)
     for line in plan.describe():
         engine.trace("plan: " + line)
+    for topic, parallelism in plan.parallelism:  # set by an operator before anyone joins
+        system.set_parallelism(topic, parallelism)
     for slot, static in plan.members:
         system.add_member(slot, static)
     for e in plan.events:
@@ -147,11 +158,14 @@ def run_seed(seed: int, duration_s: int = DEFAULT_DURATION_S, events: int = DEFA
         "messages": network.messages, "messages_lost": network.lost,
         "heartbeats": sum(m.heartbeats for m in system.members.values()),
     }
+    if isinstance(checker, KeyRangeChecker):
+        stats["parallelism_changes"] = system.parallelism_changes
+        stats["records_processed"] = checker.records_processed
     return CheckResult(seed, list(checker.violations), engine.events, engine.digest(),
                        engine.now, time.perf_counter() - started,
                        None if settle_at is None else settle_at - quiet,
-                       replay_command(seed, duration_s, events, stale_requests), stats, engine.log,
-                       plan.describe())
+                       replay_command(seed, duration_s, events, stale_requests, key_ranges), stats,
+                       engine.log, plan.describe())
 
 
 def _check_all_processed(system: Kip848System, checker: InvariantChecker, poll: PollModel) -> None:
@@ -172,28 +186,34 @@ class SweepSummary:
     wall_s: float
     max_settle_ms: int
     virtual_s: float
+    #: Each stat of `CheckResult.stats` summed over the seeds.
+    totals: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, object]:
         return {"seeds": self.seeds, "failed": [r.as_dict() for r in self.failed],
                 "failed_seeds": [r.seed for r in self.failed], "events": self.events,
                 "wall_s": round(self.wall_s, 2), "max_settle_ms": self.max_settle_ms,
-                "virtual_s": round(self.virtual_s, 1)}
+                "virtual_s": round(self.virtual_s, 1), "totals": self.totals}
 
 
 def sweep(seeds: int, start_seed: int = 0, duration_s: int = DEFAULT_DURATION_S,
-          events: int = DEFAULT_EVENTS, stale_requests: bool = False) -> SweepSummary:
+          events: int = DEFAULT_EVENTS, stale_requests: bool = False,
+          key_ranges: bool = False) -> SweepSummary:
     started = time.perf_counter()
     failed: list[CheckResult] = []
     total_events = 0
     max_settle = 0
     virtual = 0
+    totals: dict[str, int] = {}
     for seed in range(start_seed, start_seed + seeds):
-        r = run_seed(seed, duration_s, events, stale_requests=stale_requests)
+        r = run_seed(seed, duration_s, events, stale_requests=stale_requests, key_ranges=key_ranges)
         total_events += r.events
         virtual += r.virtual_ms
+        for name, value in r.stats.items():
+            totals[name] = totals.get(name, 0) + value
         if r.settle_ms is not None:
             max_settle = max(max_settle, r.settle_ms)
         if not r.ok:
             failed.append(r)
     return SweepSummary(seeds, failed, total_events, time.perf_counter() - started, max_settle,
-                        virtual / 1000)
+                        virtual / 1000, totals)

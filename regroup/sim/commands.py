@@ -24,6 +24,9 @@ def check(
     events: int = typer.Option(12, "--events", help="Faults per seed."),
     stale_requests: bool = typer.Option(False, "--stale-requests",
                                         help="Let held-up requests arrive after their sender gave up."),
+    key_ranges: bool = typer.Option(False, "--key-ranges",
+                                    help="Key ranges: records carry keys, and the live group's parallelism "
+                                         "changes under the faults (splits and merges), checked key by key."),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Run fault plans against the real protocol core and check the invariants at every event."""
@@ -31,7 +34,8 @@ def check(
 
     console = Console()
     if seed is not None:
-        r = run_seed(seed, duration, events, record=True, stale_requests=stale_requests)
+        r = run_seed(seed, duration, events, record=True, stale_requests=stale_requests,
+                     key_ranges=key_ranges)
         if json_output:
             print(json.dumps({**r.as_dict(), "plan": r.plan, "log": r.log}))
         else:
@@ -42,7 +46,7 @@ def check(
             for v in r.violations:
                 console.print(f"  [red]{v}[/red]")
         raise typer.Exit(0 if r.ok else 1)
-    summary = sweep(seeds, start_seed, duration, events, stale_requests)
+    summary = sweep(seeds, start_seed, duration, events, stale_requests, key_ranges)
     if json_output:
         print(json.dumps(summary.as_dict()))
     else:
@@ -50,9 +54,13 @@ def check(
             console.print(f"[red]seed {r.seed} FAILED[/red]: replay with  {r.replay}")
             for v in r.violations[:5]:
                 console.print(f"    {v}")
+        totals = summary.totals
+        ranged = (f"{totals.get('parallelism_changes', 0)} parallelism changes, "
+                  f"{totals.get('records_processed', 0)} records processed "
+                  f"({totals.get('duplicates', 0)} again, after unclean hand-offs); " if key_ranges else "")
         console.print(f"{summary.seeds} seeds ({start_seed}..{start_seed + seeds - 1}), "
                       f"{summary.events} events, {summary.virtual_s:.0f} s simulated in "
-                      f"{summary.wall_s:.1f} s; slowest settle {summary.max_settle_ms / 1000:.1f} s "
+                      f"{summary.wall_s:.1f} s; {ranged}slowest settle {summary.max_settle_ms / 1000:.1f} s "
                       "after quiet; " + ("all invariants held" if not summary.failed
                                          else f"{len(summary.failed)} seed(s) failed"))
     raise typer.Exit(1 if summary.failed else 0)

@@ -98,6 +98,13 @@ class CoordinatorNode:
         self._count()
         return self.runtime.read(lambda c: c.fetch_offsets(req)).response
 
+    def set_parallelism(self, group_id: str, topic: str, parallelism: int) -> Ack | None:
+        """An operator cuts ``topic``'s partitions into ``parallelism`` key ranges for the group (None:
+        the coordinator is down and the operator's request goes unanswered)."""
+        if not self.up:
+            return None
+        return self._step(lambda c: c.set_parallelism(group_id, topic, parallelism, self.engine.now))
+
     def update_topics(self) -> None:
         """The log's topics changed; a coordinator that is down catches up when it recovers."""
         if self.up:

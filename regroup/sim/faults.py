@@ -9,6 +9,12 @@ group must settle within the liveness bound.
 
 Events that no longer apply when their time comes (crashing a process that is down, restarting one
 that is up) do nothing, so any plan is valid.
+
+A *key-range* plan (``key_ranges=True``, ``regroup sim check --key-ranges``) is the same plan — the
+same group, network and faults, drawn first from the same stream — plus an initial parallelism for
+``orders`` and 2 or more *parallelism changes* in the churn window (`PARALLELISMS`; each a real
+change of its topic's value, so splits, merges and non-nested re-cuts such as 2 -> 3). Drawing them
+after everything else keeps the plans of the plain sweep, and so its regression seeds, unchanged.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from regroup.sim.keyranges import PARALLELISMS
 from regroup.sim.kip848 import Kip848System
 from regroup.sim.network import NetworkConfig
 
@@ -47,6 +54,7 @@ class PlannedEvent:
             "coordinator": f"down for {self.value} ms",
             "grow": f"{self.topic} to {self.value} partitions",
             "create": f"{self.topic} with {self.value} partitions",
+            "parallelism": f"{self.topic} to {self.value} key range(s) per partition",
         }[self.kind]
         return f"t={self.at_ms:>7} {self.kind:<11} {detail}"
 
@@ -62,6 +70,9 @@ class FaultPlan:
     quiet_at_ms: int
     #: regroup (nudges) or KIP-848 as Kafka ships it (heartbeats only): the same core either way.
     nudges: bool = True
+    #: A key-range plan: the group's parallelism per topic before anyone joins (empty: whole partitions).
+    parallelism: tuple[tuple[str, int], ...] = ()
+    key_ranges: bool = False
 
     def describe(self) -> list[str]:
         n = self.network
@@ -75,15 +86,20 @@ class FaultPlan:
             f"hold-up {n.delay_probability:.3f} up to {n.delay_max_ms} ms; "
             + ("nudges on (regroup)" if self.nudges else "nudges off (KIP-848 as Kafka ships it)"),
         ]
+        if self.key_ranges:
+            lines.append("key ranges: " + ", ".join(f"{t} in {n}" for t, n in self.parallelism)
+                         + " at the start")
         lines += [str(e) for e in self.events]
         lines.append(f"t={self.quiet_at_ms:>7} quiet: faults stop")
         return lines
 
 
-def make_plan(seed: int, duration_ms: int, events: int, stale_requests: bool = False) -> FaultPlan:
+def make_plan(seed: int, duration_ms: int, events: int, stale_requests: bool = False,
+              key_ranges: bool = False) -> FaultPlan:
     """The plan of ``seed``: a churn window of ``duration_ms`` with ``events`` faults.
 
-    ``stale_requests`` lets hold-ups delay requests too, past their sender's timeout.
+    ``stale_requests`` lets hold-ups delay requests too, past their sender's timeout. ``key_ranges``
+    adds an initial parallelism and parallelism changes (drawn last: the rest is the plain plan).
     """
     rng = random.Random(f"plan-{seed}")
     slots = [f"m{i}" for i in range(rng.randint(2, 6))]
@@ -128,6 +144,11 @@ def make_plan(seed: int, duration_ms: int, events: int, stale_requests: bool = F
         elif not created:
             created = True
             planned.append(PlannedEvent(at, "create", topic="payments", value=rng.randint(1, 6)))
+    parallelism: tuple[tuple[str, int], ...] = ()
+    if key_ranges:
+        start, changes = _parallelism_changes(rng, quiet, events)
+        parallelism = (("orders", start),)
+        planned.extend(changes)
     planned.sort(key=lambda e: e.at_ms)
     # Growth was drawn as partitions added; in time order it becomes the new partition count.
     partitions = orders
@@ -136,7 +157,25 @@ def make_plan(seed: int, duration_ms: int, events: int, stale_requests: bool = F
             partitions += e.value
             planned[i] = PlannedEvent(e.at_ms, "grow", topic="orders", value=partitions)
     return FaultPlan(seed, members, (("orders", orders),), ("orders", "payments"), net, tuple(planned), quiet,
-                     nudges)
+                     nudges, parallelism, key_ranges)
+
+
+def _parallelism_changes(rng: random.Random, quiet: int, events: int) -> tuple[int, list[PlannedEvent]]:
+    """The initial parallelism of ``orders`` and the changes of a key-range plan, in time order: 2 or
+    more (about one per 4 faults), mostly of ``orders``, sometimes of ``payments`` (which may not
+    exist yet: the setting then applies when it is created). Each differs from its topic's value
+    before it, so each moves the group's epoch and hands ranges over."""
+    start = rng.choice(PARALLELISMS)
+    current = {"orders": start, "payments": 1}
+    count = rng.randint(2, max(2, events // 4 + 1))
+    times = sorted(rng.randint(CHURN_START_MS, quiet - 1) for _ in range(count))
+    out: list[PlannedEvent] = []
+    for at in times:
+        topic = "payments" if rng.random() < 0.2 else "orders"
+        value = rng.choice([n for n in PARALLELISMS if n != current[topic]])
+        current[topic] = value
+        out.append(PlannedEvent(at, "parallelism", topic=topic, value=value))
+    return start, out
 
 
 def apply_event(system: Kip848System, event: PlannedEvent) -> None:
@@ -150,6 +189,7 @@ def apply_event(system: Kip848System, event: PlannedEvent) -> None:
         "coordinator": lambda: system.restart_coordinator(event.value),
         "grow": lambda: system.grow_topic(event.topic, event.value),
         "create": lambda: system.grow_topic(event.topic, event.value),
+        "parallelism": lambda: system.set_parallelism(event.topic, event.value),
     }
     actions[event.kind]()
 

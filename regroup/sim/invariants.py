@@ -30,6 +30,9 @@ Invariants (docs/simulation.md explains each):
 ``exactly-once``
     a record is processed twice only if an *unclean* hand-off (crash, fencing, lost membership, failed
     commit) happened after it was first processed: clean hand-offs duplicate nothing;
+``key-order``
+    key-range runs only (regroup/sim/key_invariants.py states the key-level rules): a record is never
+    processed for the first time after a later record of its key was;
 ``replay``
     a coordinator rebuilt from its records (or from a snapshot) equals the one that wrote them;
 ``liveness``
@@ -40,7 +43,7 @@ Invariants (docs/simulation.md explains each):
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from regroup.protocol.messages import JOIN_EPOCH, STATIC_LEAVE_EPOCH
@@ -55,6 +58,7 @@ from regroup.protocol.records import (
 from regroup.protocol.shard import Shard, ShardSet
 from regroup.protocol.state import Group
 from regroup.protocol.streams.records import StreamsRecord
+from regroup.sim.keyranges import Run
 
 SINGLE_OWNER = "single-owner"
 REVOKE_BEFORE_ASSIGN = "revoke-before-assign"
@@ -62,12 +66,13 @@ EPOCHS_MONOTONIC = "epochs-monotonic"
 OFFSETS_MONOTONIC = "offsets-monotonic"
 AT_LEAST_ONCE = "at-least-once"
 EXACTLY_ONCE = "exactly-once"
+KEY_ORDER = "key-order"
 REPLAY = "replay"
 LIVENESS = "liveness"
 PROTOCOL = "protocol"
 
 ALL_INVARIANTS = (SINGLE_OWNER, REVOKE_BEFORE_ASSIGN, EPOCHS_MONOTONIC, OFFSETS_MONOTONIC, AT_LEAST_ONCE,
-                  EXACTLY_ONCE, REPLAY, LIVENESS, PROTOCOL)
+                  EXACTLY_ONCE, KEY_ORDER, REPLAY, LIVENESS, PROTOCOL)
 
 
 # ------------------------------------------------------------------------------ the rules, pure
@@ -168,7 +173,8 @@ def offset_went_back(group_id: str, shard: Shard, old: int | None, new: int) -> 
 
 #: The fields a replay difference is reported by.
 _GROUP_FIELDS = ("epoch", "target_epoch", "assignor", "subscribed_topics", "members", "current",
-                 "target", "offsets", "static_members", "owners")
+                 "target", "offsets", "parallelism", "static_members", "owners", "range_holders",
+                 "offset_ranges")
 
 
 def rebuilt_differs(before: Mapping[str, Group], after: Mapping[str, Group], how: str) -> str | None:
@@ -311,6 +317,10 @@ class InvariantChecker:
                           f"below {allowed})", shard)
         if hi > hw:
             self.processed_hw[shard] = hi
+
+    def on_records(self, t: int, owner: str, shard: Shard, runs: Sequence[Run]) -> None:
+        """Records processed, key by key: only key-range runs report them, and only
+        `KeyRangeChecker` (regroup/sim/key_invariants.py) checks them."""
 
     def on_stop(self, t: int, owner: str, shard: Shard) -> None:
         pass

@@ -3,6 +3,10 @@
 With ``nudges=True`` this is regroup: the coordinator's ``wake`` set becomes nudge messages (which
 the network may lose) and a nudged member heartbeats at once. With ``nudges=False`` it is KIP-848
 as Kafka ships it: members learn of a new target on their next heartbeat.
+
+With ``keys`` (a key-range run, regroup/sim/keyranges.py) the members process key ranges record by
+record, and `set_parallelism` changes how many ranges the group cuts a topic's partitions into, as an
+operator would, while the group runs.
 """
 
 from __future__ import annotations
@@ -11,13 +15,15 @@ import random
 
 from regroup.protocol.causes import Fence
 from regroup.protocol.config import CoordinatorConfig
+from regroup.protocol.keyrange import range_shards
 from regroup.protocol.member import Revoke
 from regroup.protocol.records import MemberStatus
-from regroup.protocol.shard import format_shards
-from regroup.protocol.state import GroupState
+from regroup.protocol.shard import Shard, format_shards
+from regroup.protocol.state import Group, GroupState
 from regroup.sim.coordinator_node import CoordinatorNode
 from regroup.sim.engine import Engine
 from regroup.sim.invariants import PROTOCOL, InvariantChecker
+from regroup.sim.keyranges import RecordKeys
 from regroup.sim.member_node import MemberSettings, MemberWorld, SimMember
 from regroup.sim.metrics import Recorder
 from regroup.sim.network import Network
@@ -32,7 +38,8 @@ class Kip848System:
     def __init__(self, engine: Engine, rng: random.Random, network: Network, log: ProducedLog, *,
                  nudges: bool, settings: MemberSettings | None = None,
                  config: CoordinatorConfig | None = None, poll: PollModel | None = None,
-                 checker: InvariantChecker | None = None, recorder: Recorder | None = None) -> None:
+                 checker: InvariantChecker | None = None, recorder: Recorder | None = None,
+                 keys: RecordKeys | None = None) -> None:
         self.engine = engine
         self.rng = rng
         self.network = network
@@ -50,7 +57,9 @@ class Kip848System:
         self.members: dict[str, SimMember] = {}
         self._by_member_id: dict[str, SimMember] = {}
         self._world = MemberWorld(engine, network, self.coordinator, log, observer, checker, self.settings,
-                                  self._register)
+                                  self._register, keys)
+        #: Parallelism changes the coordinator accepted.
+        self.parallelism_changes = 0
 
     # ---------------------------------------------------------------- GroupSystem
     def add_member(self, slot: str, static: bool = False) -> None:
@@ -86,6 +95,23 @@ class Kip848System:
         self.engine.trace(f"topics: {topic} has {partitions} partitions")
         self.coordinator.update_topics()
 
+    def set_parallelism(self, topic: str, parallelism: int) -> None:
+        """An operator sets the group's parallelism of ``topic`` (refused while the coordinator is
+        down: the event then does nothing, as a failed admin call would)."""
+        group = self.coordinator.coordinator.groups.get(self.settings.group_id)
+        before = 1 if group is None else group.parallelism.get(topic, 1)
+        ack = self.coordinator.set_parallelism(self.settings.group_id, topic, parallelism)
+        if ack is None:
+            self.engine.trace(f"admin: parallelism of {topic} to {parallelism}: coordinator down")
+        elif not ack.ok:
+            self.engine.trace(f"admin: parallelism of {topic} to {parallelism}: {ack.error.value}")
+            if self.checker is not None:
+                self.checker.fail(self.engine.now, PROTOCOL, f"set_parallelism({topic}, {parallelism}) "
+                                                             f"refused: {ack.error.value} {ack.message}")
+        elif parallelism != before:
+            self.parallelism_changes += 1
+            self.engine.trace(f"admin: parallelism of {topic} set to {parallelism} (was {before})")
+
     def slots(self) -> list[str]:
         return sorted(self.members)
 
@@ -113,7 +139,7 @@ class Kip848System:
             return False
         live = self.live_members()
         group = node.coordinator.groups.get(self.settings.group_id)
-        wanted = set(self.log.shards(self.settings.topics))
+        wanted = self._wanted(group)
         if group is None:
             return not live and not wanted
         if group.state is not GroupState.STABLE:
@@ -128,12 +154,22 @@ class Kip848System:
             return False
         return all(group.current[m.sm.member_id].assigned == m.sm.owned for m in live if m.sm is not None)
 
+    def _wanted(self, group: Group | None) -> set[Shard]:
+        """The shards a settled group assigns: every partition of the subscribed topics, cut into the
+        group's key ranges where it has a parallelism."""
+        shards = self.log.shards(self.settings.topics)
+        if group is None or not group.parallelism:
+            return set(shards)
+        cut = group.parallelism
+        return {r for s in shards for r in range_shards(s.topic, s.partition, cut.get(s.topic, 1))}
+
     def describe(self) -> str:
         node = self.coordinator
         parts = [f"coordinator {'up' if node.up else 'DOWN'}"]
         group = node.coordinator.groups.get(self.settings.group_id)
         if group is not None:
-            parts.append(f"group {group.state.value} epoch {group.epoch} target {group.target_epoch}")
+            parts.append(f"group {group.state.value} epoch {group.epoch} target {group.target_epoch}"
+                         + "".join(f", {t} in {n} key ranges" for t, n in sorted(group.parallelism.items())))
             for mid, c in sorted(group.current.items()):
                 status = c.status.value if c.status is not MemberStatus.STABLE else "stable"
                 parts.append(f"{mid}: e{c.epoch} {status} {format_shards(c.assigned)}"

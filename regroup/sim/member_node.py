@@ -9,7 +9,9 @@ It is the shell of docs/protocol.md's member side, in virtual time:
   callbacks inside ``poll()``, by the member driver's rules (`regroup.protocol.driver`, shared with
   the Python consumer and the PySpark source): a revocation stops the shards, commits their positions
   (retrying), releases them and acknowledges; an assignment acquires the shards, fetches their
-  committed offsets (retrying: unknown is never "none"), starts processing there and acknowledges;
+  committed offsets (retrying: unknown is never "none"), starts processing where ``driver.resumes``
+  says — for a key range, at the lowest committed fragment it overlaps, skipping what the others say
+  is done — and acknowledges;
   ``Lost`` drops everything without a commit, and cancels the Revoke or Assign under way;
 * commits the positions of its active shards every ``commit_interval_ms`` (auto-commit);
 * can crash (no goodbye), shut down gracefully (``leave``: -1, or -2 for a static member), restart
@@ -24,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from regroup.protocol.driver import OffsetReset, commit_before_release, start_positions
+from regroup.protocol.driver import OffsetReset, commit_before_release, resumes
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.member import (
     Action,
@@ -47,6 +49,7 @@ from regroup.protocol.shard import Shard, format_shards
 from regroup.sim.coordinator_node import CoordinatorNode
 from regroup.sim.engine import Engine
 from regroup.sim.invariants import PROTOCOL, InvariantChecker
+from regroup.sim.keyranges import RecordKeys
 from regroup.sim.network import Network
 from regroup.sim.observers import ShardObserver
 from regroup.sim.workload import Cadence, Processor, ProducedLog
@@ -87,6 +90,8 @@ class MemberWorld:
     checker: InvariantChecker | None
     settings: MemberSettings
     register: Callable[[str, SimMember], None]
+    #: The records' keys in a key-range run (None: whole partitions only).
+    keys: RecordKeys | None = None
 
 
 class SimMember:
@@ -126,7 +131,7 @@ class SimMember:
             rebalance_timeout_ms=s.rebalance_timeout_ms, subscribed_topics=s.topics,
             session_timeout_ms=s.session_timeout_ms, heartbeat_interval_ms=s.heartbeat_interval_ms,
             retry_backoff_ms=s.retry_backoff_ms, retry_backoff_max_ms=s.retry_backoff_max_ms)
-        self.processor = Processor(self.owner, self.w.log, self.cadence, self.w.observer)
+        self.processor = Processor(self.owner, self.w.log, self.cadence, self.w.observer, self.w.keys)
         self.alive, self.leaving, self.op, self._epoch, self._committing = True, False, None, 0, False
         self._restart_at = None
         self._wake_at = None
@@ -377,8 +382,10 @@ class SimMember:
         assert self.sm is not None and self.processor is not None
         now = self.w.engine.now
         committed = {s: c.offset for s, c in resp.offsets.items()}
-        for s, at in start_positions(a.shards, committed, OffsetReset.EARLIEST, {}).items():
-            self.processor.activate(s, at, now)
+        # `resumes`, not `start_positions`: a merged range must know which records its other parts'
+        # former owners did already (the answer holds every fragment overlapping the shards).
+        for s, r in resumes(a.shards, committed, OffsetReset.EARLIEST, {}).items():
+            self.processor.activate(s, r.start, now, r)
         self.op = None
         self._act(self.sm.assignment_done(a.shards, now))
         self._after()

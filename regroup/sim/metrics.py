@@ -28,9 +28,11 @@ rounds, requests); `measure` turns a recording into `Metrics` for a window that 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 from regroup.protocol.shard import Shard
+from regroup.sim.keyranges import Run
 from regroup.sim.workload import ProducedLog
 
 
@@ -72,6 +74,9 @@ class Recorder:
         self.spans.setdefault(shard, []).append(_Span(slot, t))
 
     def on_processed(self, t: int, owner: str, shard: Shard, lo: int, hi: int) -> None:
+        pass
+
+    def on_records(self, t: int, owner: str, shard: Shard, runs: Sequence[Run]) -> None:
         pass
 
     def on_stop(self, t: int, owner: str, shard: Shard) -> None:

@@ -10,7 +10,10 @@
   one batch that takes much longer (a slow member).
 * `Processor`: one process's work on its shards — acquire, activate at an offset, stop, release —
   and the offsets it has processed, computed lazily: the batch fetched at one boundary counts as
-  processed at the next, so a crash loses the batch in progress.
+  processed at the next, so a crash loses the batch in progress. In a key-range run (given the
+  records' keys, regroup/sim/keyranges.py) a shard is a key range of a partition: its position is
+  still where its scan of the partition got to, and it also reports which records of its range it
+  processed (`keyranges.scanned`: its keys' records, minus what its `Resume` says a former owner did).
 """
 
 from __future__ import annotations
@@ -18,8 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from regroup.protocol.keyrange import Resume
 from regroup.protocol.shard import Shard, ShardSet
 from regroup.protocol.topics import TopicMetadata
+from regroup.sim.keyranges import RecordKeys, scanned
 from regroup.sim.observers import ShardObserver
 
 
@@ -58,7 +63,8 @@ class ProducedLog:
         return self._created.get(shard)
 
     def end_offset(self, shard: Shard, t: int) -> int:
-        created = self._created.get(shard)
+        """The partition's end offset at ``t`` (a key range's shard: its partition's)."""
+        created = self._created.get(shard if shard.whole else Shard(shard.topic, shard.partition))
         if created is None or t <= created:
             return 0
         return int(self.rate_per_s * (t - created) / 1000)
@@ -139,16 +145,21 @@ class _Work:
     first_fetch: int = 0
     reported: int = 0
     position: int = 0
+    #: Key-range runs: what the shard still skips on its way (None: nothing, or not a key-range run).
+    resume: Resume | None = None
 
 
 class Processor:
     """One process's shards and the offsets it processed (owner = process identity)."""
 
-    def __init__(self, owner: str, log: ProducedLog, cadence: Cadence, observer: ShardObserver) -> None:
+    def __init__(self, owner: str, log: ProducedLog, cadence: Cadence, observer: ShardObserver,
+                 keys: RecordKeys | None = None) -> None:
         self.owner = owner
         self.log = log
         self.cadence = cadence
         self.observer = observer
+        #: The records' keys in a key-range run (None: whole partitions only, no per-record reports).
+        self.keys = keys
         self.work: dict[Shard, _Work] = {}
 
     # ---------------------------------------------------------------- views
@@ -180,10 +191,12 @@ class Processor:
         self.work[shard] = _Work(WorkState.ACQUIRING)
         self.observer.on_acquire(t, self.owner, shard)
 
-    def activate(self, shard: Shard, offset: int, t: int) -> None:
+    def activate(self, shard: Shard, offset: int, t: int, resume: Resume | None = None) -> None:
+        """Start processing at ``offset``; ``resume`` (its start is ``offset``) says what to skip."""
         w = self.work[shard]
         w.state = WorkState.ACTIVE
         w.start = w.reported = w.position = offset
+        w.resume = resume if resume is not None and resume.skip else None
         w.first_fetch = self.cadence.next_at_or_after(t)
         self.observer.on_activate(t, self.owner, shard, offset)
 
@@ -226,5 +239,11 @@ class Processor:
         pos = self.position(shard, t)
         if pos > w.reported:
             self.observer.on_processed(t, self.owner, shard, w.reported, pos)
+            if self.keys is not None:
+                runs = scanned(self.keys, shard, w.resume or Resume(w.start), w.reported, pos)
+                self.observer.on_records(t, self.owner, shard, runs)
+                if w.resume is not None:  # the skip pieces behind the position are done with
+                    left = w.resume.passed(pos)
+                    w.resume = left if left.skip else None
             w.reported = pos
         return pos

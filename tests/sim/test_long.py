@@ -22,6 +22,18 @@ def test_a_sweep_with_stale_requests() -> None:
 
 
 @pytest.mark.slow
+def test_a_longer_key_range_sweep_with_more_churn() -> None:
+    summary = sweep(30, start_seed=20_000, duration_s=240, events=30, key_ranges=True)
+    assert not summary.failed, [(r.seed, [str(v) for v in r.violations], r.replay) for r in summary.failed]
+
+
+@pytest.mark.slow
+def test_a_key_range_sweep_with_stale_requests() -> None:
+    summary = sweep(20, start_seed=100_000, stale_requests=True, key_ranges=True)
+    assert not summary.failed, [(r.seed, [str(v) for v in r.violations], r.replay) for r in summary.failed]
+
+
+@pytest.mark.slow
 def test_scale_out_in_a_group_of_a_thousand() -> None:
     sc = next(s for s in scenarios() if s.name == "scale-out-1000")
     eager = run(sc, ProtocolKind.CLASSIC_EAGER).metrics
