@@ -4,7 +4,7 @@ The real thing, with processes and a coordinator, is in tests/e2e/test_consumer_
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -70,16 +70,6 @@ class FakeMembership(Membership):
 
     def close(self) -> None:
         pass
-
-
-@pytest.fixture
-def log(tmp_path: Path) -> Iterator[PartitionedLog]:
-    lg = open_log(str(tmp_path / "log"))
-    lg.create_topic("t", 2)
-    for p in (0, 1):
-        lg.produce("t", p, [LogRecord(b"k", str(i).encode(), 0) for i in range(10)])
-    yield lg
-    lg.close()
 
 
 def make(log: PartitionedLog, monkeypatch: pytest.MonkeyPatch, events: list[tuple[str, set[Any]]],

@@ -6,7 +6,7 @@ is in tests/e2e/test_key_range_workers.py."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +16,7 @@ from regroup import TopicPartition
 from regroup.client import consumer as consumer_module
 from regroup.client.errors import ConsumerClosedError
 from regroup.client.workers import Worker, Workers
-from regroup.log import open_log
-from regroup.log.base import ConsumedRecord, LogRecord, PartitionedLog
+from regroup.log.base import ConsumedRecord, PartitionedLog
 from regroup.protocol.member import Action, Assign, Revoke
 from regroup.protocol.shard import Shard, ShardSet
 from tests.client.test_consumer_shell import FakeMembership
@@ -212,16 +211,6 @@ class LeavingMembership(FakeMembership):
             on_actions([Revoke(self.held)])
         self.left = True
         return True
-
-
-@pytest.fixture
-def log(tmp_path: Path) -> Iterator[PartitionedLog]:
-    lg = open_log(str(tmp_path / "log"))
-    lg.create_topic("t", 2)
-    for p in (0, 1):
-        lg.produce("t", p, [LogRecord(b"k", str(i).encode(), 0) for i in range(10)])
-    yield lg
-    lg.close()
 
 
 def make(log: PartitionedLog, monkeypatch: pytest.MonkeyPatch, **kwargs: Any) -> consumer_module.Consumer:
