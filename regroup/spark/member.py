@@ -7,7 +7,9 @@ done only at a batch boundary — when Spark asks for the next offset, the previ
 * the finished batch's positions are committed (so a revoked shard's next owner starts exactly where
   this query stopped — a clean hand-off), then revoked shards are released;
 * newly assigned shards begin at the group's committed offsets (``startingOffsets`` when none);
-* after fencing (lost), everything is dropped without committing; the member rejoins by itself.
+* after fencing (lost), everything is dropped without committing; the member rejoins by itself;
+* while cut off from the coordinator (its connection broke and nothing was answered for the failover
+  grace: the coordinator may have given the shards away), no batch is planned until it answers.
 
 Key ranges (``regroup groups parallelism GROUP TOPIC N``, docs/key-ranges.md) are shards like whole
 partitions here. A newly assigned range begins where `Membership.where_to_resume` says — at its own
@@ -85,6 +87,7 @@ class QueryMember:
         self._left = False
         self._stopping = False
         self._started = False
+        self._paused = False  # cut off from the coordinator: no batch planned (failover rule 7)
         #: This reader's token in the end offsets it plans (see `regroup.spark.finished`).
         self.token = uuid.uuid4().hex[:16]
         #: The end offset (as Spark has it) of the last batch planned or replayed and not known to
@@ -103,9 +106,35 @@ class QueryMember:
         with self._lock:
             self._first_contact()
             self._sync(finished)
+            if self._cut_off():
+                return finished  # the same offset: Spark runs no batch, and asks again next trigger
             ends = self._log_ends(self.boundary.owned)
             self.boundary, end = self.boundary.plan(finished, ends, limit, self.membership.epoch)
             return end
+
+    @property
+    def paused(self) -> bool:
+        """Whether the query plans no batch because it is cut off from the coordinator (as of the
+        last batch boundary)."""
+        return self._paused
+
+    def _cut_off(self) -> bool:
+        """Failover rule 7 (`regroup.protocol.failover`): while the coordinator may have fenced this
+        member — its connection broke and nothing has been answered since, for the grace — the
+        shards may already be someone else's, so the query plans no new batch until it is answered
+        again. The finished batch was committed first (a fenced commit is refused by epoch anyway)."""
+        paused = self.membership.cut_off()
+        if paused != self._paused:
+            self._paused = paused
+            if paused:
+                log.warning("regroup source, group %r: cut off from the coordinator for %d ms since its "
+                            "last answer, after the connection broke; it may have given the partitions "
+                            "away: planning no batch until it answers again", self.opts.group,
+                            self.membership.failover_grace_ms)
+            else:
+                log.info("regroup source, group %r: the coordinator answers again: resuming",
+                         self.opts.group)
+        return paused
 
     def ranges(self, start: BatchOffset, end: BatchOffset) -> list[ShardRange]:
         """What the batch (start, end) reads: only shards owned now (a replay skips moved shards).
