@@ -3,6 +3,10 @@
 Thin: each command parses options, calls the coordinator (through `CoordinatorClient`) or the log,
 and prints a table — or one JSON object with ``--json``.
 
+``groups import`` and ``groups export`` copy committed offsets between a Kafka consumer group and a
+regroup group (through the AdminClient on Kafka's side, the coordinator's ResetOffsets on regroup's);
+the migration of a live Kafka group is the coordinator's (``--migrate-group``).
+
 The ``groups`` commands cover both kinds of group: ``list`` shows each group's kind, ``describe``
 shows a consumer group or a streams group (tasks by role, with each task copy's lag and each
 warm-up's progress), ``delete`` deletes either. A task is spelled as Kafka spells it,
@@ -297,6 +301,159 @@ def groups_delete(
     Console().print(_lit(f"deleted group {group}"))
 
 
+# ----------------------------------------------------------------------------------- Kafka groups
+KAFKA_HELP = "The Kafka cluster: kafka://HOST:PORT[,HOST:PORT...][?librdkafka options]."
+
+
+def _kafka_groups(spec: str) -> Any:
+    from regroup.log import open_kafka_groups
+    from regroup.log.errors import LogError
+
+    try:
+        return open_kafka_groups(spec)
+    except LogError as e:
+        raise typer.BadParameter(str(e)) from e
+
+
+def _members_of(client: Any, group: str) -> int:
+    return next((r.members for r in client.list_groups() if r.group_id == group), 0)
+
+
+def _committed(client: Any, group: str) -> dict[Shard, int]:
+    """The regroup group's committed offsets, key-range fragments included (none: the group is new)."""
+    from regroup.protocol.errors import ErrorCode
+    from regroup.protocol.messages import OffsetFetchRequest
+
+    got = client.fetch_offsets(OffsetFetchRequest(group))
+    if got.error is not ErrorCode.NONE:
+        _fail(f"{got.error.value}: {got.message}")
+    return {s: c.offset for s, c in got.offsets.items()}
+
+
+@groups_app.command("import")
+def groups_import(
+    group: str = typer.Argument(..., help="The regroup group (no members; created if missing)."),
+    source: str = typer.Option(..., "--from", help=KAFKA_HELP),
+    kafka_group: str | None = typer.Option(None, "--kafka-group", help="The Kafka group (default: GROUP)."),
+    force: bool = typer.Option(False, "--force", help="Replace offsets the regroup group already "
+                               "committed for those partitions."),
+    coordinator: str | None = typer.Option(None, "--coordinator", "-c", help=COORDINATOR_HELP),
+    token: str | None = typer.Option(None, help="API token (default: $REGROUP_TOKEN)."),
+    json_output: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """Make a Kafka group's committed offsets the regroup group's, durably, through the coordinator.
+
+    Refused when the regroup group has members (always), and when it already committed an offset for
+    one of those partitions (unless --force). For a live Kafka group, see the coordinator's
+    --migrate-group instead: a copy taken while it runs is out of date at once.
+    """
+    from regroup.log.errors import LogError
+
+    name = kafka_group or group
+    try:
+        with _kafka_groups(source) as kafka:
+            found = kafka.read(name)
+    except LogError as e:
+        _fail(str(e))
+    if not found.offsets:
+        _fail(f"Kafka group {name!r} has no committed offsets ({found.state}): nothing to import")
+    notes = []
+    if found.members:
+        notes.append(f"Kafka group {name!r} has {found.members} member(s) and keeps committing: this is a "
+                     "snapshot (a migration with no stop: the coordinator's --migrate-group)")
+    with _connected(coordinator, token) as client:
+        members = _members_of(client, group)
+        if members:
+            _fail(f"refused: regroup group {group!r} has {members} member(s); offsets are imported only into "
+                  "a group without members (they would race its consumers): stop them first")
+        before = _committed(client, group)
+        replaced = {s: o for s, o in before.items() if Shard(s.topic, s.partition) in found.offsets}
+        if replaced and not force:
+            listed = ", ".join(f"{s}={o}" for s, o in sorted(replaced.items())[:5])
+            _fail(f"refused: regroup group {group!r} already committed offsets for {len(replaced)} of those "
+                  f"partition(s) ({listed}{', ...' if len(replaced) > 5 else ''}); --force replaces them")
+        fragments = [s for s in replaced if not s.whole]
+        if fragments:  # a whole partition's offset replaces its key-range fragments
+            _ack_or_fail(client.delete_offsets(group, fragments))
+        _ack_or_fail(client.reset_offsets(group, found.offsets, metadata=f"imported from kafka:{name}"))
+    rows = [{"topic": s.topic, "partition": s.partition, "offset": o,
+             "replaced": min((v for f, v in replaced.items() if f.partition_key == s.partition_key),
+                             default=None)}
+            for s, o in sorted(found.offsets.items())]
+    if json_output:
+        print(json.dumps({"group": group, "kafka_group": name, "kafka_state": found.state,
+                          "imported": rows, "notes": notes}))
+        return
+    c = _console()
+    table = Table("partition", "offset", "replaced", title=f"imported from Kafka group {name}")
+    for r in rows:
+        _row(table, f"{r['topic']}-{r['partition']}", r["offset"], _dash(r["replaced"]))
+    c.print(table)
+    c.print(_lit(f"group {group}: {len(rows)} committed offset(s) imported from Kafka group {name}"))
+    for n in notes:
+        c.print(_lit(f"note: {n}"))
+
+
+@groups_app.command("export")
+def groups_export(
+    group: str = typer.Argument(..., help="The regroup group whose committed offsets are written."),
+    to: str = typer.Option(..., "--to", help=KAFKA_HELP),
+    kafka_group: str | None = typer.Option(None, "--kafka-group", help="The Kafka group (default: GROUP); "
+                                           "Kafka requires it to have no members."),
+    coordinator: str | None = typer.Option(None, "--coordinator", "-c", help=COORDINATOR_HELP),
+    token: str | None = typer.Option(None, help="API token (default: $REGROUP_TOKEN)."),
+    json_output: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """Write the regroup group's committed offsets into a Kafka group, for going back to Kafka.
+
+    Kafka keeps one offset per partition: a partition the regroup group keeps in key ranges
+    (parallelism > 1) is exported at the lowest offset of its ranges, so the records some ranges had
+    passed are read again (at least once, never lost).
+    """
+    from regroup.log.errors import LogError
+
+    name = kafka_group or group
+    with _connected(coordinator, token) as client:
+        committed = _committed(client, group)
+        members = _members_of(client, group)
+    if not committed:
+        _fail(f"regroup group {group!r} has no committed offsets: nothing to export")
+    lowest: dict[Shard, int] = {}
+    ranges: dict[Shard, int] = {}
+    for s, o in committed.items():
+        whole = Shard(s.topic, s.partition)
+        lowest[whole] = min(o, lowest.get(whole, o))
+        if not s.whole:
+            ranges[whole] = ranges.get(whole, 0) + 1
+    notes = []
+    if ranges:
+        notes.append(f"{len(ranges)} partition(s) are kept in key ranges, which Kafka cannot express: each "
+                     "is exported at the lowest offset of its ranges (records some ranges had passed are "
+                     "read again)")
+    if members:
+        notes.append(f"regroup group {group!r} has {members} member(s) and keeps committing: this is a "
+                     "snapshot")
+    try:
+        with _kafka_groups(to) as kafka:
+            kafka.commit_offsets(name, lowest, metadata=f"exported from regroup group {group}")
+    except LogError as e:
+        _fail(str(e))
+    rows = [{"topic": s.topic, "partition": s.partition, "offset": o, "key_ranges": ranges.get(s, 0)}
+            for s, o in sorted(lowest.items())]
+    if json_output:
+        print(json.dumps({"group": group, "kafka_group": name, "exported": rows, "notes": notes}))
+        return
+    c = _console()
+    table = Table("partition", "offset", "from", title=f"exported to Kafka group {name}")
+    for r in rows:
+        _row(table, f"{r['topic']}-{r['partition']}", r["offset"],
+             f"lowest of {r['key_ranges']} key ranges" if r["key_ranges"] else "whole partition")
+    c.print(table)
+    c.print(_lit(f"group {group}: {len(rows)} committed offset(s) written to Kafka group {name}"))
+    for n in notes:
+        c.print(_lit(f"note: {n}"))
+
+
 def _dash(v: object) -> str:
     return "-" if v is None else str(v)
 
@@ -458,6 +615,17 @@ def coordinator(
     acceptable_recovery_lag: int = typer.Option(10_000, help="Streams groups: records a copy may be behind "
                                                 "and still take a task over at once."),
     max_warmups: int = typer.Option(2, help="Streams groups: warm-up copies restoring at once in a group."),
+    migrate_from: str | None = typer.Option(None, "--migrate-from", metavar="kafka://HOST:PORT",
+                                            help="The Kafka cluster of the --migrate-group groups."),
+    migrate_group: list[str] = typer.Option(
+        [], "--migrate-group", metavar="GROUP[=KAFKA_GROUP]",
+        help="GROUP is granted a partition only once the live Kafka group (default: the same name) no "
+             "longer owns it, at the offset Kafka committed. Repeatable."),
+    migrate_poll_s: float = typer.Option(1.0, "--migrate-poll-s", min=0.05,
+                                         help="How often the Kafka groups are read."),
+    end_migration: list[str] = typer.Option([], "--end-migration", metavar="GROUP",
+                                            help="Drop GROUP's hold by a Kafka group it no longer "
+                                                 "migrates from. Repeatable."),
     log_level: LogLevel = typer.Option(LogLevel.INFO, "--log-level", case_sensitive=False,
                                        help="Log to stderr from this level on."),
 ) -> None:
@@ -477,5 +645,6 @@ def coordinator(
         token=token or os.environ.get("REGROUP_TOKEN"), tls_cert=tls_cert, tls_key=tls_key,
         metrics_port=metrics_port, session_timeout_ms=session_timeout_ms,
         heartbeat_interval_ms=heartbeat_interval_ms, failover_grace_ms=failover_grace_ms, http=http,
-        streams=streams))
+        streams=streams, migrate_from=migrate_from, migrate_groups=tuple(migrate_group),
+        migrate_poll_s=migrate_poll_s, end_migrations=tuple(end_migration)))
     raise typer.Exit(code)

@@ -3,7 +3,9 @@
 One record is one JSON array: ``[tag, group_id, ...fields]``. Shard sets are ``{topic: [partitions]}``
 with sorted keys and partitions, so equal records always encode to equal bytes; a key range of a
 partition is the entry ``[partition, lo, hi]`` in that list, and a committed offset of a key range
-has a tag of its own (``K``), so data written before key ranges existed reads exactly as before.
+has a tag of its own (``K``), so data written before key ranges existed reads exactly as before. A
+migration's external hold (``H``, `regroup.protocol.external`) is ``[holder, known, shards]``, or null
+once the migration ended.
 The tags and field orders are a storage format: change them only together with a new ``FORMAT``
 and a migration.
 
@@ -30,6 +32,8 @@ from regroup.protocol.outcome import AnyRecord
 from regroup.protocol.records import (
     CurrentAssignment,
     CurrentAssignmentRecord,
+    ExternalHold,
+    ExternalHoldRecord,
     GroupEpochRecord,
     MemberMetadata,
     MemberMetadataRecord,
@@ -89,6 +93,15 @@ def _uncurrent(v: list[Any] | None) -> CurrentAssignment | None:
     return CurrentAssignment(epoch, prev, MemberStatus(status), _unshards(assigned), _unshards(pending))
 
 
+def _unhold(v: list[Any] | None) -> ExternalHold | None:
+    if v is None:
+        return None
+    holder, known, shards = v
+    if not isinstance(holder, str) or not isinstance(known, bool):
+        raise ValueError(f"an external hold is [holder, known, shards], got {v!r}")
+    return ExternalHold(holder, _unshards(shards), known)
+
+
 def _to_list(r: AnyRecord) -> list[Any]:
     if isinstance(r, GroupEpochRecord):
         return ["E", r.group_id, r.epoch]
@@ -111,6 +124,9 @@ def _to_list(r: AnyRecord) -> list[Any]:
         return ["O", r.group_id, s.topic, s.partition, r.offset, r.metadata, r.commit_epoch]
     if isinstance(r, ParallelismRecord):
         return ["P", r.group_id, r.topic, r.parallelism]
+    if isinstance(r, ExternalHoldRecord):
+        h = r.hold
+        return ["H", r.group_id, None if h is None else [h.holder, h.known, _shards(h.shards)]]
     return streams_codec.to_list(r)  # a streams record, or TypeError
 
 
@@ -127,6 +143,7 @@ _CONSUMER_DECODERS: dict[str, tuple[str, int, Callable[[list[Any]], Record]]] = 
     "O": ("OffsetRecord", 7, lambda v: OffsetRecord(v[1], Shard(v[2], v[3]), v[4], v[5], v[6])),
     "K": ("OffsetRecord", 9, lambda v: OffsetRecord(v[1], Shard(v[2], v[3], v[4], v[5]), v[6], v[7], v[8])),
     "P": ("ParallelismRecord", 4, lambda v: ParallelismRecord(v[1], v[2], v[3])),
+    "H": ("ExternalHoldRecord", 3, lambda v: ExternalHoldRecord(v[1], _unhold(v[2]))),
 }
 
 

@@ -5,7 +5,9 @@
 Start-up: lock the data dir, read the snapshot and the records after it, rebuild the core with
 `Coordinator.recover` (every member gets a fresh session and every revoking member a fresh revocation
 timeout from now; topic metadata starts as the groups recorded it), ask the log backend for topic
-metadata, then listen; with ``--http HOST:PORT`` also serve the dashboard (`regroup.coordinator.http`)
+metadata; with ``--migrate-group`` declare each migration from a live Kafka group and read that group
+once (`regroup.coordinator.migration`: nothing in a migrating group is granted before its Kafka group
+was read); then listen; with ``--http HOST:PORT`` also serve the dashboard (`regroup.coordinator.http`)
 once gRPC listens. Every setting is a field of `ServerConfig`, built from the command line by
 `ServerConfig.from_args`. Once listening it prints one
 line ``regroup coordinator listening on HOST:PORT ...`` on stdout, ending with
@@ -44,11 +46,14 @@ from regroup.coordinator.http.app import Dashboard, DashboardServer, is_loopback
 from regroup.coordinator.http.feed import Feed
 from regroup.coordinator.logs import LogLevel, configure, redact_spec
 from regroup.coordinator.metrics import Metrics, serve_metrics
+from regroup.coordinator.migration import Migration, MigrationPoller, holds_not_read, parse_migrations
 from regroup.coordinator.service import CoordinatorService, ServiceOptions, monotonic_ms
 from regroup.coordinator.sources import TopicRefresher, open_topic_source
 from regroup.coordinator.store import DurableStore, StoreError
 from regroup.coordinator.watch import Watchers
+from regroup.log import open_kafka_groups
 from regroup.log.errors import LogError
+from regroup.log.kafka_groups import KafkaGroups
 from regroup.protocol.config import CoordinatorConfig
 from regroup.protocol.coordinator import Coordinator
 from regroup.protocol.describe import GroupDescription
@@ -100,6 +105,14 @@ class ServerConfig:
     http: str | None = None
     #: Streams groups' settings (every streams group of this coordinator).
     streams: StreamsConfig = field(default_factory=StreamsConfig)
+    #: The Kafka cluster (``kafka://HOST:PORT``) of the groups migrated from (`migration`).
+    migrate_from: str | None = None
+    #: ``GROUP`` or ``GROUP=KAFKA_GROUP``: GROUP takes over from the live Kafka group.
+    migrate_groups: tuple[str, ...] = ()
+    #: How often the Kafka groups migrated from are read.
+    migrate_poll_s: float = 1.0
+    #: Groups whose migration an operator ends at start-up: what their Kafka group held is free.
+    end_migrations: tuple[str, ...] = ()
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServerConfig:
@@ -115,7 +128,9 @@ class ServerConfig:
             http=args.http,
             streams=StreamsConfig(standby_replicas=args.standby_replicas,
                                   acceptable_recovery_lag=args.acceptable_recovery_lag,
-                                  max_warmups=args.max_warmups))
+                                  max_warmups=args.max_warmups),
+            migrate_from=args.migrate_from, migrate_groups=tuple(args.migrate_group or ()),
+            migrate_poll_s=args.migrate_poll_s, end_migrations=tuple(args.end_migration or ()))
 
 
 class _LoggedTokenInterceptor(TokenInterceptor):
@@ -155,12 +170,22 @@ async def serve(
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(sig, stop.set)
 
+    migrations = parse_migrations(cfg.migrate_groups)
+    if migrations and not cfg.migrate_from:
+        raise ValueError("--migrate-group needs --migrate-from kafka://HOST:PORT (the Kafka cluster)")
+    if ended := sorted({m.group_id for m in migrations} & set(cfg.end_migrations)):
+        raise ValueError(f"--end-migration and --migrate-group both name {', '.join(map(repr, ended))}")
+    if cfg.migrate_poll_s <= 0:
+        raise ValueError(f"--migrate-poll-s must be positive, got {cfg.migrate_poll_s}")
+    kafka_groups = open_kafka_groups(cfg.migrate_from) if migrations and cfg.migrate_from else None
     http_at = parse_http(cfg.http) if cfg.http is not None else None
     log.info("starting: data dir %s, listen %s, topic metadata from %s, session timeout %d ms, "
              "heartbeat interval %d ms, failover grace %s", data_dir, listen, redact_spec(cfg.log_spec),
              cfg.session_timeout_ms, cfg.heartbeat_interval_ms,
              f"{cfg.failover_grace_ms} ms" if cfg.failover_grace_ms > 0 else "off")
     source = open_topic_source(cfg.log_spec)
+    poller: MigrationPoller | None = None
+    poll_task: asyncio.Task[None] | None = None
     store = DurableStore(data_dir, snapshot_every=cfg.snapshot_every, history_limit=cfg.history_limit)
     t0 = time.perf_counter()
     loaded = store.open()
@@ -187,6 +212,7 @@ async def serve(
         elif cfg.log_spec is None:
             log.warning("no --log given: topic metadata stays what the groups recorded (%d topics)",
                         len(coord.topics))
+        poller = await _start_migrations(service, cfg, migrations, kafka_groups)
 
         server = grpc.aio.server(
             interceptors=[_LoggedTokenInterceptor(token)] if token else None,
@@ -217,6 +243,8 @@ async def serve(
         service.options = ServiceOptions(address=address)
         await server.start()
         service.start()
+        if poller is not None:
+            poll_task = asyncio.create_task(poller.run(), name="regroup-migration")
 
         metrics_server = None
         bound_metrics: int | None = None
@@ -256,6 +284,7 @@ async def serve(
         for w in waiters:
             w.cancel()
         log.info("shutting down%s", f" ({service.fatal_reason})" if service.fatal_reason else "")
+        await _cancel(poll_task)
         if dashboard is not None:
             await dashboard.stop()
         service.end_streams()
@@ -269,7 +298,40 @@ async def serve(
             metrics_server.server_close()
         return 1 if service.fatal_reason else 0
     finally:
+        await _cancel(poll_task)
+        if poller is not None:
+            poller.close()
         await store.close()  # (again, harmlessly) also when start-up failed half-way
+
+
+async def _start_migrations(service: CoordinatorService, cfg: ServerConfig, migrations: tuple[Migration, ...],
+                            kafka_groups: KafkaGroups | None) -> MigrationPoller | None:
+    """Before serving: end the migrations an operator ended, declare the configured ones and read their
+    Kafka groups once, and say which recorded holds nobody reads (`migration` rules 1 and 5)."""
+    for gid in cfg.end_migrations:
+        eff = service.end_external_hold(gid)
+        if eff is not None and not eff.response.ok:
+            raise ValueError(f"--end-migration {gid}: {eff.response.message}")
+        log.info("group %r: migration ended by --end-migration%s", gid,
+                 "" if eff is not None and eff.records else " (there was none)")
+    poller = None
+    if kafka_groups is not None:
+        log.info("migrating from %s: %s (read every %s s)", redact_spec(cfg.migrate_from),
+                 ", ".join(f"{m.group_id!r} from Kafka group {m.kafka_group!r}" for m in migrations),
+                 cfg.migrate_poll_s)
+        poller = MigrationPoller(kafka_groups, migrations, service, interval_s=cfg.migrate_poll_s)
+        poller.declare()
+        await poller.poll()
+    for line in holds_not_read(service.coord, migrations):
+        log.warning("%s", line)
+    return poller
+
+
+async def _cancel(task: asyncio.Task[None] | None) -> None:
+    if task is not None and not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def _dashboard(service: CoordinatorService, token: str | None, host: str, port: int) -> DashboardServer:
@@ -332,6 +394,16 @@ def build_parser() -> argparse.ArgumentParser:
                          help="records a copy may be behind and still take a task over (default 10000)")
     streams.add_argument("--max-warmups", type=int, default=2,
                          help="warm-up copies restoring at once in a group (default 2)")
+    migrate = p.add_argument_group("migrating live Kafka groups to regroup (docs/operations.md)")
+    migrate.add_argument("--migrate-from", default=None, metavar="kafka://HOST:PORT",
+                         help="the Kafka cluster of the groups given with --migrate-group")
+    migrate.add_argument("--migrate-group", action="append", metavar="GROUP[=KAFKA_GROUP]",
+                         help="GROUP is granted a partition only once the live Kafka group (default: the "
+                              "same name) no longer owns it, at the offset Kafka committed; repeatable")
+    migrate.add_argument("--migrate-poll-s", type=float, default=1.0,
+                         help="how often the Kafka groups are read (default 1)")
+    migrate.add_argument("--end-migration", action="append", metavar="GROUP",
+                         help="drop GROUP's hold by a Kafka group it no longer migrates from; repeatable")
     p.add_argument("--snapshot-every", type=int, default=50_000,
                    help="compact when this many records were written since the last snapshot")
     p.add_argument("--topic-refresh-s", type=float, default=5.0, help="topic metadata refresh interval")

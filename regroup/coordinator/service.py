@@ -8,7 +8,9 @@ service decides nothing about the protocol and validates nothing the core valida
 requests it reports two facts to the core as steps: a member's Watch stream opened
 (`connection_restored`), and a member's last Watch stream ended without the service ending it — its
 process died and its kernel closed the socket, or the network dropped it (`connection_lost`); what
-that means for the member is `regroup.protocol.failover`'s rule.
+that means for the member is `regroup.protocol.failover`'s rule. The migration poller
+(`regroup.coordinator.migration`) reports what a Kafka group a group migrates from holds the same way
+(`external_owners`).
 
 Fail-stop: if the store cannot write, or the core raises an unexpected exception in a call that
 changes state, memory may no longer match the disk. The service then refuses further calls and asks
@@ -46,6 +48,7 @@ from regroup.coordinator.watch import CLOSED, TooManyWatchers, Watchers
 from regroup.protocol.coordinator import Coordinator, Outcome
 from regroup.protocol.describe import GroupDescription
 from regroup.protocol.errors import ErrorCode, ProtocolError
+from regroup.protocol.external import ExternalView
 from regroup.protocol.messages import STATIC_LEAVE_EPOCH, Ack, HeartbeatResponse, OffsetFetchResponse
 from regroup.protocol.shard import Shard
 from regroup.protocol.streams.messages import StreamsHeartbeatResponse
@@ -306,6 +309,19 @@ class CoordinatorService:
         except _Stopped:
             return
         self.metrics.topics.set(len(topics))
+
+    def external_owners(self, group_id: str, holder: str, view: ExternalView | None) -> Effects[Ack] | None:
+        """A read of a group outside regroup that ``group_id`` migrates from (the migration poller, on
+        the event loop); None when the service has stopped."""
+        with contextlib.suppress(_Stopped):
+            return self._step(lambda c: c.external_owners(group_id, holder, view, self.clock()))
+        return None
+
+    def end_external_hold(self, group_id: str) -> Effects[Ack] | None:
+        """An operator ended the group's migration (``--end-migration``)."""
+        with contextlib.suppress(_Stopped):
+            return self._step(lambda c: c.end_external_hold(group_id, self.clock()))
+        return None
 
     def _observe(self) -> None:
         self._observe_handle = None

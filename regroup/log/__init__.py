@@ -9,6 +9,9 @@ user's ``--log`` string into a :class:`~regroup.log.base.PartitionedLog`:
   librdkafka (``kafka://broker:9093?security.protocol=SSL``), except ``timeout_s`` and
   ``replication_factor``, which are KafkaLog's own.
 
+``open_kafka_groups(spec)`` opens the consumer groups of the Kafka cluster a ``kafka://`` spec names
+(`regroup.log.kafka_groups`: moving a group from Kafka to regroup).
+
 The backends are imported lazily so that using the embedded log never loads librdkafka.
 """
 
@@ -23,8 +26,9 @@ from regroup.log.errors import LogError
 if TYPE_CHECKING:
     from regroup.log.embedded import EmbeddedLog
     from regroup.log.kafka import KafkaLog
+    from regroup.log.kafka_groups import KafkaGroups
 
-__all__ = ["ConsumedRecord", "LogRecord", "PartitionedLog", "TopicSource", "open_log"]
+__all__ = ["ConsumedRecord", "LogRecord", "PartitionedLog", "TopicSource", "open_kafka_groups", "open_log"]
 
 
 def _split_query(rest: str, spec: str) -> tuple[str, dict[str, str]]:
@@ -54,15 +58,36 @@ def _open_embedded(path: str, params: dict[str, str], spec: str) -> EmbeddedLog:
 def _open_kafka(hosts: str, params: dict[str, str], spec: str) -> KafkaLog:
     from regroup.log.kafka import KafkaLog
 
-    hosts = hosts.rstrip("/")
-    if not hosts or any(not h or ":" not in h for h in hosts.split(",")):
-        raise LogError(f"log spec {spec!r}: expected kafka://host:port[,host:port...]")
+    hosts = _kafka_hosts(hosts, spec)
     try:
         timeout_s = float(params.pop("timeout_s", "30"))
         replication_factor = int(params.pop("replication_factor", "-1"))
     except ValueError as e:
         raise LogError(f"log spec {spec!r}: {e}") from e
     return KafkaLog(hosts, params, timeout_s=timeout_s, replication_factor=replication_factor)
+
+
+def _kafka_hosts(hosts: str, spec: str) -> str:
+    hosts = hosts.rstrip("/")
+    if not hosts or any(not h or ":" not in h for h in hosts.split(",")):
+        raise LogError(f"log spec {spec!r}: expected kafka://host:port[,host:port...]")
+    return hosts
+
+
+def open_kafka_groups(spec: str) -> KafkaGroups:
+    """The consumer groups of the Kafka cluster ``kafka://host:port[,...][?options]`` names (options:
+    librdkafka's, and ``timeout_s``); raises :class:`LogError` for any other spec."""
+    from regroup.log.kafka_groups import KafkaGroups
+
+    scheme, sep, rest = spec.strip().partition("://") if isinstance(spec, str) else ("", "", "")
+    if scheme != "kafka" or not sep:
+        raise LogError(f"{spec!r} is not a Kafka cluster: expected kafka://host:port[,host:port...]")
+    hosts, params = _split_query(rest, spec)
+    try:
+        timeout_s = float(params.pop("timeout_s", "10"))
+    except ValueError as e:
+        raise LogError(f"log spec {spec!r}: {e}") from e
+    return KafkaGroups(_kafka_hosts(hosts, spec), params, timeout_s=timeout_s)
 
 
 def open_log(spec: str) -> PartitionedLog:

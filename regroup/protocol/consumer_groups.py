@@ -22,7 +22,9 @@ Rules the methods keep (docs/protocol.md explains them):
   session times out) but releases at once the shards it was revoking — it committed them before
   leaving — and the members waiting for them are nudged; a leave (-1 or -2) that names an instance id
   is resolved by that instance id first (UNKNOWN_MEMBER_ID when nobody holds it, FENCED_INSTANCE_ID
-  when another member id does), as Kafka does.
+  when another member id does), as Kafka does;
+* a group migrating from a group outside regroup (a live Kafka group) grants nothing that group
+  holds, and takes over what it releases at the offsets it committed (`regroup.protocol.external`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from regroup.protocol import external
 from regroup.protocol.assignors import RangeAssignor, UniformAssignor, default_registry
 from regroup.protocol.assignors.base import (
     Assignment,
@@ -94,6 +97,7 @@ from regroup.protocol.reconcile import reconcile
 from regroup.protocol.records import (
     CurrentAssignment,
     CurrentAssignmentRecord,
+    ExternalHoldRecord,
     GroupEpochRecord,
     MemberMetadata,
     MemberMetadataRecord,
@@ -243,6 +247,8 @@ class ConsumerGroups:
             out.extend(OffsetRecord(gid, s, o.offset, o.metadata, o.commit_epoch)
                        for s, o in sorted(g.offsets.items()))
             out.extend(ParallelismRecord(gid, t, n) for t, n in sorted(g.parallelism.items()))
+            if g.external is not None:
+                out.append(ExternalHoldRecord(gid, g.external))
         return out
 
     # ---------------------------------------------------------------- heartbeat
@@ -331,12 +337,16 @@ class ConsumerGroups:
             # be trusted to release anything: treat ownership as unreported until its next heartbeat.
             owned = None
         if group.range_holders or group.parallelism:  # key ranges: taken when anything overlapping is
-            def held_by_other(s: Shard) -> bool:
+            def held_by_member(s: Shard) -> bool:
                 return group.held_by_other(s, mid)
         else:
-            def held_by_other(s: Shard) -> bool:
+            def held_by_member(s: Shard) -> bool:
                 return owners.get(s, mid) != mid
-        nxt = reconcile(cur, group.target_epoch, group.member_target(mid), owned, held_by_other)
+
+        def held_by_other(s: Shard) -> bool:  # another member, or a group we migrate from (`external`)
+            return held_by_member(s) or group.externally_held(s)
+        nxt = reconcile(cur, group.target_epoch, group.member_target(mid), owned,
+                        held_by_other if external.holds_any(group) else held_by_member)
         if nxt is not cur:
             ch.emit(CurrentAssignmentRecord(gid, mid, nxt))
             self._wake_waiters(ch, group, _held(cur) - _held(nxt))
@@ -689,11 +699,43 @@ class ConsumerGroups:
             self._maybe_update_target(ch, group, now)
         return ch.outcome(Ack(ErrorCode.NONE))
 
+    def external_owners(self, group_id: str, holder: str, view: external.ExternalView | None, now: int,
+                        ) -> Outcome[Ack]:
+        """What the external group ``holder`` (a Kafka group this group migrates from) holds now, and
+        what it committed; None: not read yet. Grants of what it holds wait; what it released comes
+        with its committed offsets (`regroup.protocol.external`)."""
+        try:
+            external.validate_view(group_id, holder, view, self.config)
+        except ProtocolError as e:
+            return Outcome(Ack(e.code, e.message))
+        return self._hold_changed(group_id, external.hold_change(self.groups.get(group_id), group_id, holder,
+                                                                  view))
+
+    def end_external_hold(self, group_id: str, now: int) -> Outcome[Ack]:
+        """An operator ends the group's migration: what the external group held is free to grant (a
+        group that does not exist has none to end)."""
+        try:
+            check_id("group_id", group_id, self.config)
+        except ProtocolError as e:
+            return Outcome(Ack(e.code, e.message))
+        return self._hold_changed(group_id, external.end_hold(self.groups.get(group_id)))
+
+    def _hold_changed(self, group_id: str, change: external.HoldChange) -> Outcome[Ack]:
+        ch = _Changes(self.groups)
+        for r in change.records:
+            ch.emit(r)
+        ch.notes.extend(change.notes)
+        group = self.groups.get(group_id)
+        if group is not None:
+            self._wake_waiters(ch, group, change.released)
+        return ch.outcome(Ack(ErrorCode.NONE))
+
     def delete_group(self, group_id: str) -> Outcome[Ack]:
         try:
             check_id("group_id", group_id, self.config)
             group = self._group(group_id)
             require_empty(group, "deleting")
+            external.require_no_hold(group)
         except ProtocolError as e:
             return Outcome(Ack(e.code, e.message))
         ch = _Changes(self.groups)

@@ -33,6 +33,7 @@ from regroup.protocol.config import CoordinatorConfig
 from regroup.protocol.consumer_groups import ConsumerGroups, DelegatedSpec
 from regroup.protocol.describe import GroupDescription
 from regroup.protocol.errors import ErrorCode, ProtocolError
+from regroup.protocol.external import ExternalView
 from regroup.protocol.messages import (
     JOIN_EPOCH,
     Ack,
@@ -54,7 +55,7 @@ from regroup.protocol.streams.messages import StreamsHeartbeatRequest, StreamsHe
 from regroup.protocol.streams.records import StreamsRecord
 from regroup.protocol.topics import TopicMetadata
 
-__all__ = ["Coordinator", "DelegatedSpec", "Outcome"]
+__all__ = ["Coordinator", "DelegatedSpec", "ExternalView", "Outcome"]
 
 class Coordinator:
     """All groups of one coordinator, of both kinds, and the topic metadata they resolve against."""
@@ -224,6 +225,21 @@ class Coordinator:
                                f"group {group_id!r} is a streams group; key ranges (parallelism) are a "
                                "consumer-group setting for now"))
         return self.consumer.set_parallelism(group_id, topic, parallelism, now)
+
+    def external_owners(self, group_id: str, holder: str, view: ExternalView | None, now: int,
+                        ) -> Outcome[Ack]:
+        """What a group outside regroup that this consumer group migrates from holds, and what it
+        committed (None: not read yet); `regroup.protocol.external` has the rules."""
+        if group_id in self.streams.groups:
+            return Outcome(Ack(ErrorCode.INVALID_REQUEST, f"group {group_id!r} is a streams group; migrating "
+                               "from an external group is for consumer groups"))
+        return self.consumer.external_owners(group_id, holder, view, now)
+
+    def end_external_hold(self, group_id: str, now: int) -> Outcome[Ack]:
+        """An operator ends a consumer group's migration: what the external group held is free."""
+        if group_id in self.streams.groups:
+            return Outcome(Ack(ErrorCode.NONE))  # a streams group never has one
+        return self.consumer.end_external_hold(group_id, now)
 
     def delete_group(self, group_id: str) -> Outcome[Ack]:
         if group_id in self.streams.groups:

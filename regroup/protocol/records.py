@@ -127,6 +127,25 @@ class ParallelismRecord:
     parallelism: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class ExternalHold:
+    """The shards a group outside regroup holds while a regroup group migrates from it
+    (`regroup.protocol.external`): ``holder`` names it (``kafka:GROUP``); until it was read once
+    (``known`` False) it may hold anything, so it holds everything."""
+
+    holder: str
+    shards: ShardSet
+    known: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ExternalHoldRecord:
+    """What an external group holds of this group's shards (None: no migration, nothing held)."""
+
+    group_id: str
+    hold: ExternalHold | None
+
+
 Record = (
     GroupEpochRecord
     | SubscribedTopicsRecord
@@ -137,4 +156,5 @@ Record = (
     | CurrentAssignmentRecord
     | OffsetRecord
     | ParallelismRecord
+    | ExternalHoldRecord
 )

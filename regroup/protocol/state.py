@@ -16,6 +16,8 @@ from regroup.protocol.messages import STATIC_LEAVE_EPOCH, CommittedOffset
 from regroup.protocol.records import (
     CurrentAssignment,
     CurrentAssignmentRecord,
+    ExternalHold,
+    ExternalHoldRecord,
     GroupEpochRecord,
     MemberMetadata,
     MemberMetadataRecord,
@@ -59,6 +61,8 @@ class Group:
     offsets: dict[Shard, CommittedOffset] = field(default_factory=dict)
     #: Key ranges per partition, by topic (`regroup.protocol.keyrange`); a topic not here has 1.
     parallelism: dict[str, int] = field(default_factory=dict)
+    #: The shards a group outside regroup holds while this one migrates from it (`regroup.protocol.external`).
+    external: ExternalHold | None = None
     # Derived by `apply`, never written directly.
     static_members: dict[str, str] = field(default_factory=dict)
     owners: dict[Shard, str] = field(default_factory=dict)
@@ -103,6 +107,14 @@ class Group:
         return any(h != member_id and overlaps(s, shard)
                    for s, h in self.range_holders.get((shard.topic, shard.partition), {}).items())
 
+    def externally_held(self, shard: Shard) -> bool:
+        """True when the external group this group migrates from holds ``shard``'s partition — or may:
+        until it was read once it holds everything (`regroup.protocol.external` rule 4)."""
+        hold = self.external
+        if hold is None:
+            return False
+        return not hold.known or Shard(shard.topic, shard.partition) in hold.shards
+
     def offsets_overlapping(self, shard: Shard) -> dict[Shard, CommittedOffset]:
         """The committed fragments of ``shard``'s partition that overlap it (`keyrange` rule 3)."""
         out: dict[Shard, CommittedOffset] = {}
@@ -135,8 +147,9 @@ def apply(groups: dict[str, Group], record: Record) -> None:
         return
     if group is None:
         if (isinstance(record, OffsetRecord) and record.offset is None) or (
-                isinstance(record, ParallelismRecord) and record.parallelism is None):
-            return  # deleting an offset or a setting of a group already gone
+                isinstance(record, ParallelismRecord) and record.parallelism is None) or (
+                isinstance(record, ExternalHoldRecord) and record.hold is None):
+            return  # deleting an offset, a setting or a hold of a group already gone
         # Offsets may be committed by an admin before any member ever joined.
         group = groups[gid] = Group(gid)
     _APPLIERS[type(record)](group, record)
@@ -252,6 +265,10 @@ def _apply_parallelism(group: Group, r: ParallelismRecord) -> None:
         group.parallelism[r.topic] = r.parallelism
 
 
+def _apply_external_hold(group: Group, r: ExternalHoldRecord) -> None:
+    group.external = r.hold
+
+
 _APPLIERS: dict[type, Callable[[Group, Any], None]] = {
     SubscribedTopicsRecord: _apply_subscribed_topics,
     RegexRecord: _apply_regex,
@@ -261,4 +278,5 @@ _APPLIERS: dict[type, Callable[[Group, Any], None]] = {
     CurrentAssignmentRecord: _apply_current,
     OffsetRecord: _apply_offset,
     ParallelismRecord: _apply_parallelism,
+    ExternalHoldRecord: _apply_external_hold,
 }

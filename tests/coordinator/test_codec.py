@@ -14,6 +14,8 @@ from regroup.protocol.keyrange import ranges
 from regroup.protocol.records import (
     CurrentAssignment,
     CurrentAssignmentRecord,
+    ExternalHold,
+    ExternalHoldRecord,
     GroupEpochRecord,
     MemberMetadata,
     MemberMetadataRecord,
@@ -69,6 +71,7 @@ records: st.SearchStrategy[Record] = st.one_of(
     st.builds(OffsetRecord, text, shards,
               st.none() | st.integers(0, 2**62), text, st.integers(-1, 99)),
     st.builds(ParallelismRecord, text, text, st.none() | st.integers(2, 1024)),
+    st.builds(ExternalHoldRecord, text, st.none() | st.builds(ExternalHold, text, shard_sets, st.booleans())),
 )
 
 
@@ -175,6 +178,7 @@ def _one_of_each() -> list[codec.AnyRecord]:
         OffsetRecord("g", Shard("t", 0, 0, 1 << 31), 43, "meta", 3),
         ParallelismRecord("g", "t", 4),
         TargetMemberRecord("g", "m", frozenset({Shard("t", 1), Shard("t", 0, 0, 1 << 31)})),
+        ExternalHoldRecord("g", ExternalHold("kafka:orders", frozenset({Shard("t", 1), Shard("t", 0)}))),
         StreamsEpochRecord("sg", 4),
         TopologyRecord("sg", Topology.of({"join": ["views", "clicks"], "count": ["orders"]})),
         SourceTopicsRecord("sg", {"views": 4, "clicks": 4, "orders": 2}),
@@ -198,6 +202,10 @@ def test_every_record_type_round_trips() -> None:
                   StreamsTargetRecord("sg", "m", None), StreamsCurrentRecord("sg", "m", None),
                   StreamsOffsetRecord("sg", Shard("t", 0), None)]
     assert [codec.decode(codec.encode(r)) for r in tombstones] == tombstones
+    holds = [ExternalHoldRecord("g", None),
+             ExternalHoldRecord("g", ExternalHold("kafka:k", frozenset(), known=False))]
+    assert [codec.encode(r) for r in holds] == ['["H","g",null]', '["H","g",["kafka:k",false,{}]]']
+    assert [codec.decode(codec.encode(r)) for r in holds] == holds
 
 
 def test_stored_bytes_are_pinned() -> None:
@@ -206,6 +214,7 @@ def test_stored_bytes_are_pinned() -> None:
         '["K","g","t",0,0,2147483648,43,"meta",3]',
         '["P","g","t",4]',
         '["t","g","m",{"t":[[0,0,2147483648],1]}]',
+        '["H","g",["kafka:orders",true,{"t":[0,1]}]]',
         '["sE","sg",4]',
         '["sY","sg",{"count":["orders"],"join":["clicks","views"]}]',
         '["sS","sg",{"clicks":4,"orders":2,"views":4}]',
