@@ -100,6 +100,9 @@ class MigrationPoller:
         self.timeout_s = timeout_s
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="regroup-migration")
         self._failing: set[str] = set()
+        #: Groups whose last poll was warned about (a refusal, or an unread hold on an empty group),
+        #: so that a condition that lasts is logged once, not at every poll.
+        self._warned: dict[str, str] = {}
         #: Reads handed to the core, per regroup group.
         self.reads: dict[str, int] = {m.group_id: 0 for m in self.migrations}
 
@@ -137,12 +140,41 @@ class MigrationPoller:
             if eff is None:
                 return  # the service stopped
             self.reads[m.group_id] += 1
+            if not eff.response.ok:  # e.g. the id is a streams group's: said once, not every poll
+                self._warn_once(m, f"migration of group {m.group_id!r} refused: {eff.response.message}")
+                continue
             self._report(m, eff, got)
+            self._warn_once(m, self._still_unread(m, got))
+
+    def _still_unread(self, m: Migration, got: KafkaGroup) -> str:
+        """Why the hold is still unread after a settled read (`external` rule 4), or ''."""
+        group = self.service.coord.groups.get(m.group_id)
+        hold = group.external if group is not None else None
+        if not got.settled or hold is None or hold.known:
+            return ""
+        return (f"migration of group {m.group_id!r}: Kafka group {m.kafka_group!r} has no members and no "
+                "committed offsets — a mistyped name, the wrong cluster, or consumers that assign() "
+                "partitions look like that — so nothing is granted until it shows either; if the group "
+                "really is new and empty, restart the coordinator with --end-migration "
+                f"{m.group_id}")
+
+    def _warn_once(self, m: Migration, warning: str) -> None:
+        if warning and self._warned.get(m.group_id) != warning:
+            log.warning("%s", warning)
+        if warning:
+            self._warned[m.group_id] = warning
+        else:
+            self._warned.pop(m.group_id, None)
 
     async def run(self) -> None:
         while True:
             await asyncio.sleep(self.interval_s)
-            await self.poll()
+            try:
+                await self.poll()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a poller that dies would leave every hold as it is for good
+                log.exception("migration poller: a poll failed; trying again in %.1f s", self.interval_s)
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

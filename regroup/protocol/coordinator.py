@@ -33,7 +33,7 @@ from regroup.protocol.config import CoordinatorConfig
 from regroup.protocol.consumer_groups import ConsumerGroups, DelegatedSpec
 from regroup.protocol.describe import GroupDescription
 from regroup.protocol.errors import ErrorCode, ProtocolError
-from regroup.protocol.external import ExternalView
+from regroup.protocol.external import ExternalView, holds_any
 from regroup.protocol.messages import (
     JOIN_EPOCH,
     Ack,
@@ -132,6 +132,13 @@ class Coordinator:
         if taken is not None and gid not in self.streams.groups:
             if taken.members:
                 refused = StreamsHeartbeatResponse(ErrorCode.INVALID_REQUEST, _other_kind(gid, "consumer"))
+                return Outcome(refused)
+            if taken.external is not None and holds_any(taken):  # a takeover would forget the hold
+                refused = StreamsHeartbeatResponse(
+                    ErrorCode.INVALID_REQUEST,
+                    f"group id {gid!r} is a consumer group migrating from {taken.external.holder}, which "
+                    "still holds partitions; a streams group cannot take the id over until the "
+                    "migration ends")
                 return Outcome(refused)
             if req.member_epoch != JOIN_EPOCH:
                 return self.streams.heartbeat(req, now)  # not a join: refused there as unknown

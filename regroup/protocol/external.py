@@ -15,7 +15,10 @@ with no clock and no I/O. The rules:
    between its members (``settled`` False) the hold only grows: a partition on its way from one
    member to another can look owned by nobody for a moment (Kafka 4.4 recomputes a group's target
    on a member's next heartbeat, seconds after another left), and granting it then would give it
-   two owners.
+   two owners. Partitions added to a topic while the external group still has members are not in
+   any view yet and are granted at once, although the external group takes them too a heartbeat
+   later (both then start at their reset policies): add partitions before or after a migration,
+   not during one (docs/operations.md).
 3. **A release hands over the committed offset first.** A partition leaves the hold when a settled
    view no longer lists it: the external group is stable without it, empty, or gone. In the same
    step, before the release, the external group's committed offset for it becomes the group's
@@ -29,7 +32,10 @@ with no clock and no I/O. The rules:
    coordinator started to migrate a group grants nothing in it before it has seen the external
    group. That first read releases what the external group does not hold, and adopts offsets only
    for partitions the group has no committed offset for: the external group is not known to have
-   been their last owner.
+   been their last owner. A first read of a group with no members *and* no committed offsets —
+   what a mistyped group name, the wrong cluster, or consumers that ``assign()`` partitions look
+   like — releases nothing: the hold stays unread (the shell says why) until a read shows members
+   or offsets, or an operator ends the migration.
 5. **Durable.** The hold is a record (`ExternalHoldRecord`), replayed like every other, so a
    restarted coordinator blocks what it blocked before its first new read. A hold that has emptied
    stays recorded — the migration is finished: another read adopts nothing again — until an
@@ -105,6 +111,8 @@ def hold_change(group: Group | None, group_id: str, holder: str, view: ExternalV
             return HoldChange()
         return HoldChange((ExternalHoldRecord(group_id, ExternalHold(holder, EMPTY, known=False)),))
     held = frozenset(view.held)
+    if known is None and not held and not view.offsets:
+        return HoldChange()  # rule 4: nothing says this is the group we migrate from; stay unread
     if not view.settled and known is not None:  # rule 2: only grows
         grown = known.shards | held
         if grown == known.shards:

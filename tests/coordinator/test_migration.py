@@ -117,3 +117,32 @@ def test_the_poller_holds_adopts_and_survives_a_restart(tmp_path: Path, caplog: 
     out = coord.heartbeat(HeartbeatRequest("g", "m", 2, owned=granted), 0)
     assert Shard("t", 0) not in (out.response.assignment or granted)
     assert coord.groups["g"].current["m"].status is MemberStatus.UNRELEASED
+
+
+def test_an_empty_kafka_group_with_no_offsets_is_warned_about_once_and_releases_nothing(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A mistyped Kafka group name reads as an empty group without offsets: nothing is released
+    (`external` rule 4), and the poller says why once, not at every poll."""
+    caplog.set_level(logging.INFO, logger="regroup.coordinator")
+    kafka = FakeKafka()
+    kafka.answer = KafkaGroup("legacy", "dead", 0, EMPTY, True, {})
+
+    async def run() -> ExternalHold | None:
+        store = DurableStore(str(tmp_path))
+        store.open()
+        store.start(asyncio.get_running_loop())
+        service = CoordinatorService(Coordinator(topics=TopicMetadata({"t": 4})), store)
+        poller = MigrationPoller(kafka, [MIGRATION], service, interval_s=0.01)
+        try:
+            poller.declare()
+            for _ in range(5):
+                await poller.poll()
+            assert poller.reads == {"g": 5}
+            return service.coord.groups["g"].external
+        finally:
+            poller.close()
+            await store.close()
+
+    assert asyncio.run(run()) == ExternalHold("kafka:legacy", EMPTY, known=False)
+    warnings = [r for r in caplog.records if "no members and no committed offsets" in r.getMessage()]
+    assert len(warnings) == 1 and "--end-migration g" in warnings[0].getMessage()

@@ -204,6 +204,36 @@ def test_a_group_is_not_deleted_while_held() -> None:
     see(h, None)
     refused = h.coord.delete_group("g").response
     assert refused.error is ErrorCode.NON_EMPTY_GROUP and "end the migration" in refused.message
-    see(h, ExternalView(EMPTY, {}))  # finished: nothing held any more
+    see(h, ExternalView(shards("t", 0), {Shard("t", 0): 5}))
+    see(h, ExternalView(EMPTY, {Shard("t", 0): 7}))  # finished: nothing held any more
     assert h.keep(h.coord.delete_group("g")).response.ok
     assert "g" not in h.coord.groups
+
+
+def test_a_first_read_of_a_group_with_no_members_and_no_offsets_releases_nothing() -> None:
+    """Review finding: a mistyped Kafka group name (or the wrong cluster) reads as an empty group
+    with no offsets; releasing on it would let regroup read every partition beside the live Kafka
+    consumers. The hold stays unread until a read shows members or offsets."""
+    h = Harness(topics={"t": 4})
+    see(h, None)
+    h.ok(h.join("a"))
+    assert see(h, ExternalView(EMPTY, {})).records == ()
+    assert h.group().external == ExternalHold(KAFKA, EMPTY, known=False)
+    assert h.ok(h.hb("a", 1, owned=EMPTY)).member_epoch == 1
+    assert h.group().current["a"].assigned == EMPTY
+    # A group that committed but has no members any more: its offsets say it is the right one.
+    out = see(h, ExternalView(EMPTY, {Shard("t", 1): 4}))
+    assert ("g", "a") in out.wake
+    assert h.coord.fetch_offsets(OffsetFetchRequest("g")).offsets[Shard("t", 1)].offset == 4
+    h.ok(h.hb("a", 1, owned=EMPTY))
+    assert h.group().current["a"].assigned == ALL
+
+
+def test_a_streams_group_cannot_take_over_the_id_of_a_group_still_held() -> None:
+    h = Harness(topics={"t": 4})
+    see(h, None)  # declared, nobody joined: an empty consumer group with a hold
+    req = StreamsHeartbeatRequest("g", "m", 0, process_id="p", rebalance_timeout_ms=1000,
+                                  topology=Topology.of({"s": ["t"]}), owned=NO_TASKS, task_offsets={})
+    refused = h.coord.streams_heartbeat(req, h.now).response
+    assert refused.error is ErrorCode.INVALID_REQUEST and "migrating" in refused.message
+    assert h.group().external is not None
