@@ -157,7 +157,9 @@ def _one(addr: str, log_dir: Path, s: Settings, kind: str, workers: int, baselin
     client = CoordinatorClient(addr)
     try:
         if workers > 1:
-            client.set_parallelism(group, TOPIC, workers)
+            ack = client.set_parallelism(group, TOPIC, workers)
+            if not ack.ok:  # else this would time parallelism 1 under the label of N workers
+                raise RuntimeError(f"setting parallelism {workers} on {group!r} was refused: {ack.message}")
     finally:
         client.close()
     tally = _Tally()

@@ -205,7 +205,9 @@ class Consumer:
         workers, those of every worker."""
         if self._many:
             return self._workers.assignment()
-        return partitions_of(self._positions)
+        # A snapshot first, taken in one C call: with workers this is read from another thread
+        # while the worker's thread adds and drops shards.
+        return partitions_of(frozenset(self._positions))
 
     def shards(self) -> ShardSet:
         """What this consumer currently reads, key ranges included (`Shard.lo`/`hi`); with workers,
@@ -219,7 +221,7 @@ class Consumer:
         with workers, the lowest any worker knows per partition."""
         if self._many:
             return self._workers.committed()
-        return offsets_by_partition(self._committed)
+        return offsets_by_partition(self._committed.copy())  # a snapshot, as in assignment()
 
     def close(self, timeout: float = 10.0) -> None:
         """Commit, give the partitions up and leave the group (a static member leaves temporarily).

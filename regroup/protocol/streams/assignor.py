@@ -28,8 +28,8 @@ Rules:
    over at once, then the smaller lag, then the task id.
 4. The other tasks go, in task order, to members with room: first to a member whose process has a
    caught-up copy (smallest lag, then member id); then to one whose process holds any copy
-   (smallest lag), else to the first member id with room. Preferences are fixed orders, never the
-   load of the moment, which keeps rule 9 true.
+   (smallest lag), else to the first member with room in rule 2's capacity order. Preferences are
+   fixed orders, never the load of the moment, which keeps rule 9 true.
 5. An active moves only to a caught-up copy. A task goes to its intended owner when that member's
    process is caught up or is its current owner's process (moving between members of one process
    moves no state). Otherwise it stays with its current owner, caught up or not: nothing is gained
