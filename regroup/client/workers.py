@@ -100,7 +100,8 @@ class Workers:
         self._halt = threading.Event()  # every loop of the run in progress must end (rule 4)
         self._failure: BaseException | None = None  # the first error of the run in progress
         self._closed = False  # no more runs: the consumer is closing or closed
-        self._members_closed = False
+        self._members_closed = False  # a close() has begun closing the members
+        self._members_gone = threading.Event()  # ...and it has finished
 
     @classmethod
     def join(cls, count: int, make: Callable[[int], Member]) -> Workers:
@@ -217,9 +218,11 @@ class Workers:
         """End the run in progress, then close every worker at once (each commits and leaves)."""
         self.halt(for_good=True)
         with self._lock:
-            if self._members_closed:
-                return
+            first = not self._members_closed
             self._members_closed = True
+        if not first:  # another close() is closing them: return once it has, as a single close would
+            self._members_gone.wait()
+            return
         errors: list[BaseException] = []
 
         def close(member: Member) -> None:
@@ -232,9 +235,12 @@ class Workers:
         # granted to the others, which are leaving too — a rebalance per worker for nothing.
         closing = [threading.Thread(target=close, args=(w._member,), name=f"regroup-worker-{w.index}-close")
                    for w in self.workers]
-        for t in closing:
-            t.start()
-        for t in closing:
-            t.join()
+        try:
+            for t in closing:
+                t.start()
+            for t in closing:
+                t.join()
+        finally:
+            self._members_gone.set()
         if errors:
             raise errors[0]

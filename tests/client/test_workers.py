@@ -167,6 +167,32 @@ def test_close_from_another_thread_ends_the_run_and_closes_every_worker() -> Non
     assert all(m.closed and [o for c in m.commits for o in c] == list(range(6)) for m in members)
 
 
+def test_a_second_close_returns_only_once_every_worker_is_closed() -> None:
+    """From review: a close() racing another returned at once, before the members had left."""
+    leaving = threading.Event()
+    proceed = threading.Event()
+
+    class SlowToLeave(StandIn):
+        def close(self, timeout: float) -> None:
+            leaving.set()
+            proceed.wait(30)
+            super().close(timeout)
+
+    members = [SlowToLeave(f"m-w{i}", lambda n: None) for i in range(2)]
+    workers = Workers(members)
+    first = threading.Thread(target=workers.close)
+    first.start()
+    assert leaving.wait(30)
+    second_done = threading.Event()
+    second = threading.Thread(target=lambda: (workers.close(), second_done.set()))
+    second.start()
+    assert not second_done.wait(0.2)  # still waiting for the first close to finish
+    proceed.set()
+    first.join(30)
+    second.join(30)
+    assert second_done.is_set() and all(m.closed for m in members)
+
+
 def test_close_from_a_handler_is_refused_rather_than_waiting_for_itself() -> None:
     members = [StandIn("m-w0", endless)]
     workers = Workers(members)
