@@ -35,6 +35,7 @@ from rich.table import Table
 from rich.text import Text
 
 from regroup.coordinator.logs import LogLevel, escape_controls
+from regroup.protocol.keyrange import low_watermarks
 from regroup.protocol.shard import Shard, format_shards
 
 if TYPE_CHECKING:
@@ -418,12 +419,11 @@ def groups_export(
         members = _members_of(client, group)
     if not committed:
         _fail(f"regroup group {group!r} has no committed offsets: nothing to export")
-    lowest: dict[Shard, int] = {}
+    lowest = low_watermarks(committed.items())  # Kafka keeps one offset per partition
     ranges: dict[Shard, int] = {}
-    for s, o in committed.items():
-        whole = Shard(s.topic, s.partition)
-        lowest[whole] = min(o, lowest.get(whole, o))
+    for s in committed:
         if not s.whole:
+            whole = Shard(s.topic, s.partition)
             ranges[whole] = ranges.get(whole, 0) + 1
     notes = []
     if ranges:

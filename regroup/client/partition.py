@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
+from regroup.protocol.keyrange import low_watermarks
 from regroup.protocol.shard import Shard
 
 
@@ -35,11 +36,9 @@ def offsets_by_shard(offsets: Mapping[TopicPartition, int] | Mapping[Shard, int]
     return {shard_of(tp): o for tp, o in offsets.items()}
 
 
-def offsets_by_partition(offsets: Mapping[Shard, int]) -> dict[TopicPartition, int]:
+def offsets_by_partition(offsets: Mapping[Shard, int] | Iterable[tuple[Shard, int]],
+                         ) -> dict[TopicPartition, int]:
     """Offsets by partition; key ranges of one partition count as their lowest (where the partition
-    as a whole would have to resume)."""
-    out: dict[TopicPartition, int] = {}
-    for s, o in offsets.items():
-        tp = TopicPartition(s.topic, s.partition)
-        out[tp] = min(o, out.get(tp, o))
-    return out
+    as a whole would have to resume: `keyrange.low_watermarks`)."""
+    pairs = offsets.items() if isinstance(offsets, Mapping) else offsets
+    return {TopicPartition(s.topic, s.partition): o for s, o in low_watermarks(pairs).items()}

@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from regroup.client.errors import CommitFailedError, ConsumerClosedError
-from regroup.client.partition import TopicPartition
+from regroup.client.partition import TopicPartition, offsets_by_partition, shard_of
 from regroup.log.base import ConsumedRecord
 from regroup.protocol.shard import ShardSet
 
@@ -130,11 +130,8 @@ class Workers:
     def committed(self) -> dict[TopicPartition, int]:
         """Per partition, the lowest offset any worker knows committed (where the partition as a
         whole would have to resume, as for the ranges of one consumer)."""
-        out: dict[TopicPartition, int] = {}
-        for w in self.workers:
-            for tp, o in w._member.committed().items():
-                out[tp] = min(o, out.get(tp, o))
-        return out
+        return offsets_by_partition((shard_of(tp), o) for w in self.workers
+                                    for tp, o in w._member.committed().items())
 
     @property
     def member_epoch(self) -> int:

@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HASH_SEED", "KEY_SPACE", "MAX_PARALLELISM", "Resume", "commit_fragments", "kept", "key_hash",
-    "range_of", "range_shards", "ranges", "resume",
+    "low_watermarks", "range_of", "range_shards", "ranges", "resume",
 ]
 
 #: The seed of XXH64 (Spark's ``xxhash64`` uses 42 too).
@@ -176,6 +176,18 @@ def _clipped(fragments: Mapping[Shard, int], shard: Shard, default: int) -> list
     if at < shard.hi:
         pieces.append((at, shard.hi, default))
     return pieces
+
+
+def low_watermarks(offsets: Iterable[tuple[Shard, int]]) -> dict[Shard, int]:
+    """Each partition's offset as a whole (keyed by its whole-partition shard): the lowest of its
+    ranges' offsets, where the partition would have to resume in one piece (rule 4) — what a
+    partition's lag, a consumer's view by partition and an export to Kafka (one offset per
+    partition) use."""
+    out: dict[Shard, int] = {}
+    for s, o in offsets:
+        whole = Shard(s.topic, s.partition)
+        out[whole] = min(o, out.get(whole, o))
+    return out
 
 
 def resume(fragments: Mapping[Shard, int], shard: Shard, default: int) -> Resume:

@@ -20,6 +20,7 @@ from regroup.protocol.keyrange import (
     commit_fragments,
     kept,
     key_hash,
+    low_watermarks,
     range_of,
     range_shards,
     ranges,
@@ -213,3 +214,10 @@ def test_any_history_of_parallelisms_processes_every_record_exactly_once(
     spans = sorted((f.lo, f.hi) for f in committed)
     assert spans[0][0] == 0 and spans[-1][1] == KEY_SPACE and all(
         a[1] == b[0] for a, b in itertools.pairwise(spans))
+
+
+def test_a_partitions_low_watermark_is_the_lowest_of_its_ranges() -> None:
+    lo, hi = range_shards("t", 0, 2)
+    assert low_watermarks([(lo, 7), (hi, 3), (Shard("t", 1), 5), (Shard("u", 0, 0, 1 << 31), 9)]) == {
+        Shard("t", 0): 3, Shard("t", 1): 5, Shard("u", 0): 9}
+    assert low_watermarks([]) == {}
