@@ -10,22 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from regroup.log import open_log
-from regroup.log.base import LogRecord
 from regroup.protocol.microbatch import BatchOffset
 from regroup.spark.member import QueryMember
 from regroup.spark.options import parse_options
+from tests.client.test_failover_pause import GRACE_MS, produce
 from tests.coordinator.server_proc import start_server
-
-GRACE_MS = 1_000
-
-
-def produce(log_dir: Path, n: int) -> None:
-    log = open_log(str(log_dir))
-    try:
-        for p in (0, 1):
-            log.produce("t", p, [LogRecord(b"k", b"v", 0)] * n)
-    finally:
-        log.close()
 
 
 def until(cond: Callable[[], bool], what: str, timeout: float = 60) -> None:
