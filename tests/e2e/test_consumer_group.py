@@ -7,10 +7,8 @@ once when every hand-off was clean.
 from __future__ import annotations
 
 import collections
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -24,6 +22,7 @@ from regroup.protocol.messages import OffsetCommitRequest
 from regroup.protocol.shard import Shard
 from regroup.rpc.client import CoordinatorClient
 from tests.coordinator.server_proc import ServerProc, start_server
+from tests.e2e.worker_proc import start_worker, stop_worker
 
 pytestmark = pytest.mark.slow
 
@@ -56,17 +55,12 @@ class Cluster:
         self.produced += n
 
     def start(self, name: str, instance: str | None = None) -> None:
-        args = [sys.executable, "-m", "regroup.demo.worker", self.server.address, str(self.log_dir), "g",
-                str(self.tmp / f"{name}.out")]
-        if instance:
-            args += ["--instance", instance]
-        self.workers[name] = subprocess.Popen(args, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                                              stderr=open(self.tmp / f"{name}.err", "ab"))  # noqa: SIM115
+        options = ["--instance", instance] if instance else []
+        self.workers[name] = start_worker(self.server.address, str(self.log_dir), "g",
+                                          self.tmp / f"{name}.out", *options)
 
     def stop(self, name: str) -> None:
-        proc = self.workers.pop(name)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0, (self.tmp / f"{name}.err").read_text()
+        stop_worker(self.workers.pop(name), self.tmp / f"{name}.out")
 
     def kill9(self, name: str) -> None:
         proc = self.workers.pop(name)

@@ -9,10 +9,7 @@ hand-off here is clean), and every key's records are processed in offset order b
 from __future__ import annotations
 
 import collections
-import os
-import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,6 +23,7 @@ from regroup.protocol.errors import ErrorCode
 from regroup.protocol.keyrange import range_shards
 from regroup.rpc.client import CoordinatorClient
 from tests.coordinator.server_proc import ServerProc, start_server
+from tests.e2e.worker_proc import start_worker, stop_worker
 
 pytestmark = pytest.mark.slow
 
@@ -62,15 +60,11 @@ class RangeCluster:
             log.close()
 
     def start(self, name: str) -> None:
-        args = [sys.executable, "-m", "regroup.demo.worker", self.server.address, str(self.log_dir), GROUP,
-                str(self.tmp / f"{name}.out"), "--topic", TOPIC]
-        self.workers[name] = subprocess.Popen(args, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                                              stderr=open(self.tmp / f"{name}.err", "ab"))  # noqa: SIM115
+        self.workers[name] = start_worker(self.server.address, str(self.log_dir), GROUP,
+                                          self.tmp / f"{name}.out", "--topic", TOPIC)
 
     def stop(self, name: str) -> None:
-        proc = self.workers.pop(name)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0, (self.tmp / f"{name}.err").read_text()
+        stop_worker(self.workers.pop(name), self.tmp / f"{name}.out")
 
     def parallelism(self, n: int) -> None:
         with self.client() as c:
