@@ -39,6 +39,8 @@ from regroup.protocol.keyrange import low_watermarks
 from regroup.protocol.shard import Shard, format_shards
 
 if TYPE_CHECKING:
+    from regroup.log.embedded import EmbeddedLog
+    from regroup.log.embedded.layout import Layout
     from regroup.protocol.streams.assignment import MemberTasks
     from regroup.protocol.streams.describe import StreamsGroupDescription, StreamsMemberDescription
     from regroup.protocol.streams.topology import TaskId
@@ -538,7 +540,8 @@ def topics_list(
     lg = _log(log)
     try:
         topics = dict(lg.topic_partitions())
-        ends = {t: lg.end_offsets(t) for t in sorted(topics)}
+        counts = getattr(lg, "record_counts", lg.end_offsets)  # the embedded log counts split pieces
+        ends = {t: counts(t) for t in sorted(topics)}
     finally:
         lg.close()
     if json_output:
@@ -549,6 +552,111 @@ def topics_list(
     for t, n in sorted(topics.items()):
         _row(table, t, n, sum(ends[t].values()))
     _console().print(table)
+
+
+def _embedded(log: str | None) -> EmbeddedLog:
+    from regroup.log.embedded import EmbeddedLog
+
+    lg = _log(log)
+    if not isinstance(lg, EmbeddedLog):
+        lg.close()
+        _fail("splitting and merging partitions is for the embedded log only: a Kafka partition "
+              "cannot be split on the producer side (key ranges on Kafka are client-side filtering)")
+    return lg
+
+
+def _print_layout(topic: str, partition: int, layout: Layout) -> None:
+    table = Table("piece", "keys", "first offset", "end", "state",
+                  title=_lit(f"{topic} partition {partition}"))
+    for p in sorted(layout.pieces, key=lambda p: (p.open, p.lo, p.id)):
+        _row(table, p.id, f"[{p.lo:#x}, {p.hi:#x})", p.start, "" if p.end is None else p.end,
+             "open" if p.open else "sealed")
+    _console().print(table)
+
+
+@topics_app.command("split")
+def topics_split(
+    topic: str = typer.Argument(..., help="Topic name."),
+    partition: int = typer.Option(..., "--partition", min=0, help="The partition to split."),
+    into: int = typer.Option(..., "--into", min=2, help="How many pieces (equal slices of its keys)."),
+    piece: int | None = typer.Option(None, "--piece", min=0,
+                                     help="The open piece to split, if the partition is split already."),
+    timeout: float = typer.Option(30.0, "--timeout", min=0.1,
+                                  help="Seconds to wait for the piece's producer to let go of it."),
+    log: str | None = typer.Option(None, "--log", help=LOG_HELP),
+) -> None:
+    """Split a partition's keys over several pieces that producers write in parallel (embedded log).
+
+    Each piece takes an equal slice of the keys; its offsets start at the partition's end. Producers of
+    the partition wait only while it is switched; consumers read every key in order across it.
+    """
+    from regroup.log.errors import LogError
+
+    lg = _embedded(log)
+    try:
+        layout = lg.split_partition(topic, partition, into, piece=piece, timeout_s=timeout)
+    except (LogError, ValueError) as e:
+        _fail(str(e))
+    finally:
+        lg.close()
+    _print_layout(topic, partition, layout)
+
+
+@topics_app.command("merge")
+def topics_merge(
+    topic: str = typer.Argument(..., help="Topic name."),
+    partition: int = typer.Option(..., "--partition", min=0, help="The partition to merge."),
+    pieces: str | None = typer.Option(
+        None, "--pieces", help="Comma-separated ids of adjacent open pieces (default: all of them, "
+                               "the partition whole again)."),
+    timeout: float = typer.Option(30.0, "--timeout", min=0.1,
+                                  help="Seconds to wait for the pieces' producers to let go of them."),
+    log: str | None = typer.Option(None, "--log", help=LOG_HELP),
+) -> None:
+    """Merge adjacent pieces of a split partition back into one (embedded log)."""
+    from regroup.log.errors import LogError
+
+    ids = None
+    if pieces is not None:
+        try:
+            ids = [int(x) for x in pieces.split(",") if x.strip()]
+        except ValueError:
+            _fail(f"--pieces must be comma-separated piece ids, got {pieces!r}")
+    lg = _embedded(log)
+    try:
+        layout = lg.merge_partition(topic, partition, ids, timeout_s=timeout)
+    except (LogError, ValueError) as e:
+        _fail(str(e))
+    finally:
+        lg.close()
+    _print_layout(topic, partition, layout)
+
+
+@topics_app.command("pieces")
+def topics_pieces(
+    topic: str = typer.Argument(..., help="Topic name."),
+    partition: int = typer.Option(..., "--partition", min=0, help="The partition."),
+    log: str | None = typer.Option(None, "--log", help=LOG_HELP),
+    json_output: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """The pieces of a partition (embedded log): its key slices, offsets, and which are open."""
+    from regroup.log.errors import LogError
+
+    lg = _embedded(log)
+    try:
+        layout = lg.layout(topic, partition)
+        ends = lg.piece_ends(topic, partition)
+    except (LogError, ValueError) as e:
+        _fail(str(e))
+    finally:
+        lg.close()
+    if json_output:
+        print(json.dumps({"topic": topic, "partition": partition, "generation": layout.generation,
+                          "pieces": [{"id": p.id, "lo": p.lo, "hi": p.hi, "start": p.start,
+                                      "end": p.end if p.end is not None else ends[(p.lo, p.hi)],
+                                      "open": p.open} for p in layout.pieces]}))
+        return
+    _print_layout(topic, partition, layout)
 
 
 def produce(

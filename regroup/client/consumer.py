@@ -41,12 +41,14 @@ from regroup.client.errors import (
 )
 from regroup.client.membership import Membership
 from regroup.client.partition import TopicPartition, offsets_by_partition, offsets_by_shard, partitions_of
-from regroup.client.ranges import KeyRanges, Ranged, Scanned
+from regroup.client.ranges import KeyRanges, Ranged, Scanned, lanes, piece_of
 from regroup.client.workers import Handler, Workers
 from regroup.log import open_log
 from regroup.log.base import ConsumedRecord, PartitionedLog
+from regroup.log.embedded.layout import SpansOpenPieces
 from regroup.log.errors import LogTimeoutError
 from regroup.protocol.driver import Backlog, OffsetReset, commit_before_release, held_when_lost
+from regroup.protocol.keyrange import Resume
 from regroup.protocol.member import Action, Assign, Fatal, Lost, MemberStateMachine, Revoke
 from regroup.protocol.shard import Shard, ShardSet
 from regroup.rpc.client import CoordinatorClient
@@ -127,6 +129,10 @@ class Consumer:
         self._committed: dict[Shard, int] = {}
         self._buffer: deque[ConsumedRecord | Ranged | Scanned] = deque()
         self._ranges = KeyRanges()  # owned key ranges (and whole partitions with records to skip)
+        # An owned shard of a partition split on the producer side, read as one lane per piece
+        # (`regroup.client.ranges`), and each lane's shard; shards read as themselves are in neither.
+        self._lanes: dict[Shard, tuple[Shard, ...]] = {}
+        self._lane_owner: dict[Shard, Shard] = {}
         self._rr: deque[Shard] = deque()  # round-robin order of owned shards
         self._fatal: FatalConsumerError | None = None
         self._backlog = Backlog()  # the member's actions not carried out yet (some wait for the next poll)
@@ -214,7 +220,8 @@ class Consumer:
         what every worker reads."""
         if self._many:
             return self._workers.shards()
-        return frozenset(self._positions)
+        owner = self._lane_owner.copy()
+        return frozenset(owner.get(s, s) for s in frozenset(self._positions))
 
     def committed(self) -> dict[TopicPartition, int]:
         """The committed offsets this consumer knows of its partitions (read at assignment, or its own);
@@ -307,7 +314,7 @@ class Consumer:
         if self._on_revoke is not None:
             self._on_revoke(self, partitions_of(shards))
         try:
-            self._commit(commit_before_release(self._positions, self._committed, shards))
+            self._commit(commit_before_release(self._positions, self._committed, self._with_lanes(shards)))
         except CommitFailedError as e:  # still release: the coordinator decides what is safe
             log.warning("commit before revoking %s failed: %s", sorted(map(str, shards)), e)
         self._forget(shards)
@@ -319,16 +326,31 @@ class Consumer:
         committed, resumes = self._membership.where_to_resume(action.shards, self._reset, self._log)
         self._committed.update(committed)
         for s, r in resumes.items():
-            self._positions[s] = r.start
-            if KeyRanges.reads(s, r):
-                self._ranges.add(s, r)
-        self._rr.extend(resumes)
+            cut = lanes(s, self._log.key_pieces(s.topic, s.partition))
+            if len(cut) > 1:
+                self._lanes[s] = cut
+                self._lane_owner.update(dict.fromkeys(cut, s))
+            for lane in cut:
+                self._positions[lane] = r.start
+                if len(cut) > 1 or KeyRanges.reads(s, r):
+                    self._ranges.add(lane, r)
+            self._rr.extend(cut)
         if self._on_assign is not None:
             self._on_assign(self, partitions_of(action.shards))
         self._membership.assignment_done(action.shards)
 
-    def _forget(self, shards: set[Shard]) -> None:
+    def _with_lanes(self, shards: Collection[Shard]) -> set[Shard]:
+        """``shards`` and the lanes they are read as."""
+        out = set(shards)
         for s in shards:
+            out.update(self._lanes.get(s, ()))
+        return out
+
+    def _forget(self, shards: set[Shard]) -> None:
+        shards = self._with_lanes(shards)
+        for s in shards:
+            for lane in self._lanes.pop(s, ()):
+                self._lane_owner.pop(lane, None)
             self._positions.pop(s, None)
             self._committed.pop(s, None)
         self._ranges.remove(shards)
@@ -359,6 +381,11 @@ class Consumer:
                         return True
                     continue
                 recs = self._log.read(shard.topic, shard.partition, pos, self._max_batch)
+            except SpansOpenPieces:  # split on the producer side since it was assigned: read by piece
+                self._ranges.add(shard, Resume(pos))
+                if self._fill_ranges(shard):
+                    return True
+                continue
             except LogTimeoutError as e:  # a slow broker is no reason to end the user's poll loop
                 log.warning("reading %s from offset %d: %s; trying again on a later poll", shard, pos, e)
                 continue
@@ -368,15 +395,49 @@ class Consumer:
         return False
 
     def _fill_ranges(self, shard: Shard) -> bool:
-        """Read ``shard``'s partition once for every range of it this consumer owns."""
-        owned = self._ranges.of_partition(shard)
+        """Read ``shard``'s partition once for every range of it this consumer owns — once per piece
+        of the log that holds them, if the partition is split on the producer side."""
+        pieces = self._log.key_pieces(shard.topic, shard.partition)
+        if len(pieces) > 1:
+            shard = self._cut_lanes(shard, pieces)
+        lo, hi = piece_of(shard, pieces)
+        owned = [s for s in self._ranges.of_partition(shard) if lo <= s.lo and s.hi <= hi]
         start = min(self._positions[s] for s in owned)
-        recs = self._log.read(shard.topic, shard.partition, start, self._max_batch)
-        if not recs:
+        got = self._log.read_keys(shard.topic, shard.partition, lo, hi, start, self._max_batch)
+        if not got.records and got.next_offset == start:
             return False
-        self._buffer.extend(self._ranges.route(owned, recs, self._positions))
-        self._buffer.append(Scanned(frozenset(owned), recs[-1].offset + 1))
+        self._buffer.extend(self._ranges.route(owned, got.records, self._positions))
+        self._buffer.append(Scanned(frozenset(owned), got.next_offset))
         return True
+
+    def _cut_lanes(self, shard: Shard, pieces: tuple[tuple[int, int], ...]) -> Shard:
+        """The partition was split while its ranges were owned: cut each range that now spans open
+        pieces into one lane per piece, each from where the range was (records of it buffered but not
+        handed out are read again by its lanes). Returns the lane holding ``shard``'s first key."""
+        first = shard
+        for x in list(self._ranges.of_partition(shard)):
+            parts = lanes(x, pieces)
+            if len(parts) == 1:
+                continue
+            at = self._positions.pop(x)
+            skip = self._ranges.skips_of(x) or Resume(at)
+            self._ranges.remove([x])
+            owner = self._lane_owner.pop(x, x)
+            siblings = [s for s in self._lanes.get(owner, ()) if s != x]
+            self._lanes[owner] = tuple(sorted([*siblings, *parts], key=lambda s: s.lo))
+            for part in parts:
+                self._positions[part] = at
+                self._ranges.add(part, skip)
+                self._lane_owner[part] = owner
+            self._rr = deque(s for s in self._rr if s != x)
+            self._rr.extend(parts)
+            self._buffer = deque(
+                item for item in (i if not isinstance(i, Scanned) or x not in i.shards
+                                  else Scanned(i.shards - {x}, i.end) for i in self._buffer)
+                if not (isinstance(item, Ranged) and item.shard == x))
+            if x == shard:
+                first = parts[0]
+        return first
 
     def _scanned(self, mark: Scanned) -> None:
         """Every record read before ``mark`` is handed out: its ranges move past what was read."""
@@ -404,7 +465,7 @@ class Consumer:
     def _drop_uncommitted(self) -> None:
         """Forget every position: a handler failed on what was read since the last commit, so leaving
         must commit none of it; the next owner reads it again (`regroup.client.workers`, rule 3)."""
-        self._forget(set(self._positions))
+        self._forget(set(self._positions) | set(self._lanes))
 
     def _only_one_worker(self, what: str) -> None:
         if self._many:

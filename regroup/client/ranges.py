@@ -13,11 +13,17 @@ buffered in order — the ranges read together move to the end of what was read.
 
 A whole partition whose progress is kept in fragments (the group went back to whole partitions)
 reads the same way, as a range covering the whole key space.
+
+A partition split on the producer side (`regroup.log.embedded.layout`) is read per open piece: an
+owned shard whose keys lie in several pieces is read as several *lanes*, one per piece (`lanes`),
+each with its own position, committed on its own (the coordinator accepts commits of parts of an
+owned shard). A lane never spans two open pieces: a split while a shard is owned cuts its lanes at
+the new piece boundaries, each part starting where the lane was.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from regroup.log.base import ConsumedRecord
@@ -39,6 +45,23 @@ class Scanned:
 
     shards: frozenset[Shard]
     end: int
+
+
+def lanes(shard: Shard, pieces: Sequence[tuple[int, int]]) -> tuple[Shard, ...]:
+    """``shard`` cut at the boundaries of the log's pieces (`PartitionedLog.key_pieces`) inside it;
+    ``(shard,)`` itself when it lies in one piece."""
+    parts = [(max(lo, shard.lo), min(hi, shard.hi)) for lo, hi in pieces if lo < shard.hi and shard.lo < hi]
+    if len(parts) <= 1:
+        return (shard,)
+    return tuple(Shard(shard.topic, shard.partition, lo, hi) for lo, hi in parts)
+
+
+def piece_of(shard: Shard, pieces: Sequence[tuple[int, int]]) -> tuple[int, int]:
+    """The piece holding ``shard``'s first key (all of them, for a lane)."""
+    for lo, hi in pieces:
+        if lo <= shard.lo < hi:
+            return lo, hi
+    raise ValueError(f"no piece holds {shard}")  # pieces tile the key space
 
 
 class KeyRanges:
@@ -88,6 +111,10 @@ class KeyRanges:
             if skip is None or not skip.skips(point, rec.offset):
                 out.append(Ranged(s, rec))
         return out
+
+    def skips_of(self, shard: Shard) -> Resume | None:
+        """What ``shard`` still skips (None: nothing)."""
+        return self._skips.get(shard)
 
     def passed(self, shard: Shard, position: int) -> None:
         """``shard`` reached ``position``: forget the skip pieces it passed."""

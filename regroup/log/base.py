@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from regroup.protocol.shard import KEY_SPACE
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -77,6 +79,29 @@ def make_consumed_records(
     return objs
 
 
+#: `PartitionedLog.key_pieces` of a partition that is not split: one range, every key.
+WHOLE_KEY_SPACE: tuple[tuple[int, int], ...] = ((0, KEY_SPACE),)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRead:
+    """A read of one key range (`PartitionedLog.read_keys`): the range's records, in offset order,
+    and where the next read of the range starts — past every record looked at, the range's or not."""
+
+    records: list[ConsumedRecord]
+    next_offset: int
+
+
+def keep_keys(records: Sequence[ConsumedRecord], lo: int, hi: int, start: int) -> KeyRead:
+    """A read of a whole partition cut down to the keys ``[lo, hi)`` (client-side filtering)."""
+    from regroup.protocol.keyrange import key_hash
+
+    nxt = records[-1].offset + 1 if records else start
+    if lo == 0 and hi == KEY_SPACE:
+        return KeyRead(list(records), nxt)
+    return KeyRead([r for r in records if lo <= key_hash(r.key, r.offset) < hi], nxt)
+
+
 class TopicSource(Protocol):
     """The one thing the coordinator needs: ``{topic: partition count}``."""
 
@@ -94,6 +119,19 @@ class PartitionedLog(TopicSource, Protocol):
 
     def read(self, topic: str, partition: int, start: int, max_records: int) -> list[ConsumedRecord]:
         """Records from offset ``start`` on (at most ``max_records``); empty at the end."""
+        ...
+
+    def read_keys(self, topic: str, partition: int, lo: int, hi: int, start: int,
+                  max_records: int) -> KeyRead:
+        """The records of keys ``[lo, hi)`` (key hashes, `regroup.protocol.keyrange`) from ``start`` on,
+        looking at up to ``max_records`` records. A partition split on the producer side
+        (`regroup.log.embedded.layout`) is read from the pieces that hold those keys; elsewhere it is a
+        :meth:`read` filtered here. ``next_offset`` may be past the last record returned."""
+        ...
+
+    def key_pieces(self, topic: str, partition: int) -> tuple[tuple[int, int], ...]:
+        """The key ranges ``(lo, hi)`` a reader reads separately, in key order: the open pieces of a
+        partition split on the producer side; one range, the whole key space, otherwise."""
         ...
 
     def read_arrow(self, topic: str, partition: int, start: int, max_records: int) -> pa.RecordBatch:

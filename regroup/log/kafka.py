@@ -47,7 +47,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-d
 from confluent_kafka.cimpl import NewPartitions, NewTopic
 
 from regroup.log.arrow import records_to_arrow
-from regroup.log.base import ConsumedRecord, LogRecord
+from regroup.log.base import WHOLE_KEY_SPACE, ConsumedRecord, KeyRead, LogRecord, keep_keys
 from regroup.log.errors import (
     InvalidPartitionsError,
     InvalidRecordError,
@@ -514,6 +514,15 @@ class KafkaLog:
     def read_arrow(self, topic: str, partition: int, start: int, max_records: int) -> pa.RecordBatch:
         """:meth:`read` as one Arrow batch (row-wise conversion: Kafka has no columnar storage to reuse)."""
         return records_to_arrow(self.read(topic, partition, start, max_records))
+
+    def read_keys(self, topic: str, partition: int, lo: int, hi: int, start: int,
+                  max_records: int) -> KeyRead:
+        """:meth:`read` filtered to the keys ``[lo, hi)``: key ranges on Kafka are client-side filtering
+        (a Kafka partition cannot be split on the producer side)."""
+        return keep_keys(self.read(topic, partition, start, max_records), lo, hi, start)
+
+    def key_pieces(self, topic: str, partition: int) -> tuple[tuple[int, int], ...]:
+        return WHOLE_KEY_SPACE
 
     # ------------------------------------------------------------------------------------ closing
 

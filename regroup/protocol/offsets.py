@@ -14,7 +14,7 @@ has one fragment per partition, the whole partition, and these rules are exactly
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from regroup.protocol.errors import ErrorCode, ProtocolError
 from regroup.protocol.keyrange import commit_fragments
@@ -88,7 +88,8 @@ def commit_records(group: Group | None, req: OffsetCommitRequest) -> list[Record
     committed = group.offsets
     ranged = False
     for shard, offset in req.offsets.items():
-        if shard not in current.assigned and shard not in current.pending_revocation:
+        if (shard not in current.assigned and shard not in current.pending_revocation
+                and not _inside_owned(shard, current.assigned, current.pending_revocation)):
             raise ProtocolError(
                 ErrorCode.NOT_OWNED,
                 f"member {req.member_id!r} commits {shard}, which it does not own at epoch "
@@ -102,6 +103,15 @@ def commit_records(group: Group | None, req: OffsetCommitRequest) -> list[Record
         return [OffsetRecord(gid, s, o, req.metadata, req.member_epoch)
                 for s, o in sorted(req.offsets.items())]
     return _fragment_records(group, req)
+
+
+def _inside_owned(shard: Shard, *owned: Iterable[Shard]) -> bool:
+    """Whether ``shard`` is a key range inside a shard the member owns. A member may commit parts of
+    what it owns separately: a consumer reading a partition split on the producer side keeps one
+    position per piece of the log (`regroup.log.embedded.layout`), and commits each (keyrange rule
+    3 keeps the parts as fragments of their own)."""
+    return any(o.partition == shard.partition and o.topic == shard.topic and o.lo <= shard.lo
+               and shard.hi <= o.hi for shards in owned for o in shards)
 
 
 def _check_range_forward(group: Group, shard: Shard, offset: int) -> None:

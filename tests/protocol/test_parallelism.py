@@ -296,3 +296,30 @@ def test_a_streams_group_refuses_key_ranges_and_adopts_fragments_as_whole_partit
     assert refused.error is ErrorCode.INVALID_REQUEST and "streams group" in refused.message
     restored = Coordinator.recover(h.log, h.now, topics=TopicMetadata({"t": 1}))
     assert dict(restored.fetch_offsets(OffsetFetchRequest("sg")).offsets) == dict(fetched.offsets)
+
+
+def test_a_member_may_commit_parts_of_a_shard_it_owns() -> None:
+    """A consumer reading a partition split on the producer side commits one lane per piece of the
+    log: parts of its shard, kept as fragments; a range that reaches beyond what it owns is refused."""
+    h = Harness(topics={"t": 1})
+    ms = Members(h, ["a"])
+    ms.settle()
+    whole = Shard("t", 0)
+    half = 1 << 31
+    low, high = Shard("t", 0, 0, half), Shard("t", 0, half, 1 << 32)
+    assert commit(h, "a", ms.epoch["a"], {whole: 100}) is ErrorCode.NONE
+    assert commit(h, "a", ms.epoch["a"], {low: 180, high: 140}) is ErrorCode.NONE
+    assert {s: c.offset for s, c in h.group().offsets.items()} == {low: 180, high: 140}
+    # a part still only moves forward
+    assert commit(h, "a", ms.epoch["a"], {high: 120}) is ErrorCode.OFFSET_OUT_OF_ORDER
+    # the group at parallelism 2: a member owning one half cannot commit a part of the other
+    h.keep(h.coord.set_parallelism("g", "t", 2, h.now))
+    ms.join("b")
+    ms.settle()
+    owner = {next(iter(s)): m for m, s in ms.owned.items()}
+    lo = range_shards("t", 0, 2)[0]
+    assert commit(h, owner[lo], ms.epoch[owner[lo]], {Shard("t", 0, half - 10, half + 10): 200}) \
+        is ErrorCode.NOT_OWNED
+    assert commit(h, owner[lo], ms.epoch[owner[lo]], {Shard("t", 0, 0, 1 << 30): 200}) is ErrorCode.NONE
+    restored = Coordinator.recover(h.log, h.now, topics=TopicMetadata({"t": 1}))
+    assert restored.groups["g"] == h.group()

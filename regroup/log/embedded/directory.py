@@ -99,6 +99,10 @@ class LogDirectory:
         finally:
             os.close(fd)
 
+    def write_json(self, path: Path, content: Mapping[str, object]) -> None:
+        """Replace ``path`` atomically (readers see the old or the new content)."""
+        self._atomic_write(path, content)
+
     def _atomic_write(self, path: Path, content: Mapping[str, object]) -> None:
         """Replace ``path`` so that readers see the old or the new content, never a mix."""
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")

@@ -14,32 +14,49 @@ Rules of this module:
 4. Pickling gives a fresh instance on the same directory with no open files or locks, which is what a
    Spark task or a ``multiprocessing`` child needs. An instance inherited across ``fork()`` with a
    partition open for writing refuses to write there: the lock is the parent's.
+5. A partition split on the producer side (`layout`, `pieces`) is written and read piece by piece:
+   a produce call routes each record to the open piece of its key and appends there (one atomic
+   append per piece); a writer that takes a piece's lock checks the layout afterwards and never
+   appends to a sealed or announced piece; a read of keys follows `Layout.reading`. A partition
+   never split costs one ``stat`` more per produce and read call, nothing else.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from regroup.log.arrow import empty_batch
-from regroup.log.base import ConsumedRecord, LogRecord
+from regroup.log.arrow import empty_batch, records_to_arrow
+from regroup.log.base import ConsumedRecord, KeyRead, LogRecord, keep_keys
 from regroup.log.embedded.arrow import frames_to_arrow
 from regroup.log.embedded.directory import LogDirectory
 from regroup.log.embedded.files import FsyncPolicy
 from regroup.log.embedded.frames import HARD_MAX_RECORD_BYTES, Frame
+from regroup.log.embedded.layout import Layout, LayoutError, Piece
+from regroup.log.embedded.pieces import DEFAULT_CHANGE_TIMEOUT_S, LayoutChange, Layouts, now_ms, piece_dir
 from regroup.log.embedded.reader import DEFAULT_MAX_READ_BYTES, PartitionReader, decode_records, read_end
 from regroup.log.embedded.writer import PartitionWriter, open_writer
-from regroup.log.errors import LogError, ProduceError
+from regroup.log.errors import InvalidRecordError, LogError, ProduceError
 from regroup.log.validation import check_read_args, check_topic_name
+from regroup.protocol.keyrange import key_hash
 
 DEFAULT_MAX_RECORD_BYTES = 64 << 20
 _MAX_OPEN_READERS = 256
+
+
+class _PieceMoved(Exception):
+    """The piece a produce was about to write was sealed or announced meanwhile: route again."""
+
+
+def _is_open(layout: Layout, piece_id: int) -> bool:
+    return any(p.id == piece_id for p in layout.open_pieces())
 
 
 class EmbeddedLog:
@@ -67,10 +84,12 @@ class EmbeddedLog:
         self._fsync: FsyncPolicy = fsync
         self._max_record_bytes = max_record_bytes
         self._lock = threading.RLock()
-        self._writers: dict[tuple[str, int], PartitionWriter] = {}
-        self._readers: OrderedDict[tuple[str, int], PartitionReader] = OrderedDict()
+        # Keyed by (topic, partition, piece id): piece 0 is the partition's own files.
+        self._writers: dict[tuple[str, int, int], PartitionWriter] = {}
+        self._readers: OrderedDict[tuple[str, int, int], PartitionReader] = OrderedDict()
         self._closed = False
         self._dir = LogDirectory(self._root, fsync)
+        self._layouts = Layouts(self._dir)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (self.__class__, (str(self._root), self._fsync, self._max_record_bytes))
@@ -115,11 +134,77 @@ class EmbeddedLog:
         full...), :class:`ProduceError` is raised, the partition is released, and the next produce
         reopens it and recovers: the failed call's records are then normally absent (the data file is
         cut back), though a call that fails after its data was complete may still be present.
+
+        On a partition split on the producer side each record goes to the open piece of its key and
+        the call is atomic per piece, not across pieces; the offset returned is the first record's in
+        its piece. Keyless records are refused there (`layout` rule 4). While a split or merge of a
+        piece is under way, a produce to that piece waits for it (at most its timeout).
         """
         self._check_open()
         self._dir.check_partition(topic, partition)
+        layout = self._layouts.get(topic, partition)
+        if layout.trivial:
+            try:
+                return self._append(topic, partition, layout.pieces[0], records)
+            except _PieceMoved:
+                pass  # split meanwhile: route below
+        return self._produce_routed(topic, partition, records)
+
+    def _produce_routed(self, topic: str, partition: int, records: Sequence[LogRecord]) -> int:
+        left = list(range(len(records)))  # indexes of the records not appended yet
+        first: dict[int, int] = {}
+        while left:
+            self._check_open()
+            layout = self._layouts.get(topic, partition)
+            pending = layout.pending_for(now_ms())
+            opened = layout.open_pieces()
+            by_piece: dict[int, list[int]] = {}
+            if len(opened) == 1:
+                by_piece[opened[0].id] = left
+            else:
+                for i in left:
+                    key = records[i].key
+                    if key is None:
+                        raise InvalidRecordError(
+                            f"record {i} has no key, and partition {partition} of {topic!r} is split by key "
+                            "into pieces: a keyless record has no piece to go to. Give it a key, or "
+                            "merge the partition back whole first.")
+                    by_piece.setdefault(layout.open_piece_at(key_hash(key, 0)).id, []).append(i)
+            waiting = False
+            for pid, idxs in sorted(by_piece.items()):
+                if pending is not None and pid in pending.pieces:
+                    self._release(topic, partition, [pid])
+                    waiting = True
+                    continue
+                try:
+                    at = self._append(topic, partition, layout.piece(pid), [records[i] for i in idxs])
+                except _PieceMoved:
+                    waiting = True
+                    continue
+                first.update((i, at + n) for n, i in enumerate(idxs))
+                done = set(idxs)
+                left = [i for i in left if i not in done]
+            if waiting and left:
+                self._wait_for_layout(topic, partition, layout)
+        return first[0] if records else self._end_of_routed(topic, partition)
+
+    def _wait_for_layout(self, topic: str, partition: int, seen: Layout) -> None:
+        """A split or merge of a piece we write is under way: wait until it is published or void."""
+        deadline = seen.pending.deadline_ms if seen.pending is not None else now_ms()
+        delay = 0.001
         while True:
-            w = self._writer(topic, partition)
+            layout = self._layouts.get(topic, partition)
+            if layout != seen or now_ms() > deadline:
+                return
+            time.sleep(delay)
+            delay = min(delay * 2, 0.02)
+
+    def _end_of_routed(self, topic: str, partition: int) -> int:
+        return self.end_offsets(topic).get(partition, 0)
+
+    def _append(self, topic: str, partition: int, piece: Piece, records: Sequence[LogRecord]) -> int:
+        while True:
+            w = self._writer(topic, partition, piece)
             with w.lock:
                 if w.closed:  # closed or discarded by another thread meanwhile
                     self._check_open()
@@ -131,10 +216,11 @@ class EmbeddedLog:
                         self._forget_writer(w)
                     raise
 
-    def _writer(self, topic: str, partition: int) -> PartitionWriter:
+    def _writer(self, topic: str, partition: int, piece: Piece) -> PartitionWriter:
+        key = (topic, partition, piece.id)
         with self._lock:
             self._check_open()
-            w = self._writers.get((topic, partition))
+            w = self._writers.get(key)
             if w is not None:
                 if w.pid != os.getpid():
                     raise LogError(
@@ -142,19 +228,34 @@ class EmbeddedLog:
                         "open a new EmbeddedLog in the child process"
                     )
                 return w
-            w = open_writer(self._dir.partition_dir(topic, partition), f"{topic}/{partition} of {self._root}",
-                            self._fsync)
-            self._writers[(topic, partition)] = w
+            name = f"{topic}/{partition} of {self._root}" + (f" piece {piece.id}" if piece.id else "")
+            w = open_writer(piece_dir(self._dir.partition_dir(topic, partition), piece.id), name,
+                            self._fsync, piece.start)
+            # Rule 5: with the lock held, the piece cannot be sealed any more; check that it was not
+            # sealed or announced before we took it.
+            layout = self._layouts.get(topic, partition)
+            pending = layout.pending_for(now_ms())
+            if not _is_open(layout, piece.id) or (pending is not None and piece.id in pending.pieces):
+                with w.lock:
+                    w.close()
+                raise _PieceMoved
+            self._writers[key] = w
             return w
+
+    def _release(self, topic: str, partition: int, pieces: Iterable[int]) -> None:
+        for pid in pieces:
+            with self._lock:
+                w = self._writers.pop((topic, partition, pid), None)
+            if w is not None:
+                with w.lock:
+                    w.close()
 
     def release_partition(self, topic: str, partition: int) -> None:
         """Close this instance's writer of ``topic``/``partition`` (if any), releasing its lock, so
         that another process can write it: how a task's writes move with the task."""
         with self._lock:
-            w = self._writers.pop((topic, partition), None)
-        if w is not None:
-            with w.lock:
-                w.close()
+            pieces = [k[2] for k in self._writers if k[:2] == (topic, partition)]
+        self._release(topic, partition, pieces)
 
     def _forget_writer(self, w: PartitionWriter) -> None:
         with self._lock:
@@ -164,12 +265,14 @@ class EmbeddedLog:
 
     # ------------------------------------------------------------------------------------ reading
 
-    def _reader(self, topic: str, partition: int) -> PartitionReader:
-        key = (topic, partition)
+    def _reader(self, topic: str, partition: int, piece: Piece | None = None) -> PartitionReader:
+        key = (topic, partition, 0 if piece is None else piece.id)
         with self._lock:
             r = self._readers.get(key)
             if r is None:
-                r = PartitionReader(self._dir.partition_dir(topic, partition))
+                where = self._dir.partition_dir(topic, partition)
+                r = (PartitionReader(where) if piece is None or piece.id == 0
+                     else PartitionReader(piece_dir(where, piece.id), piece.start))
                 self._readers[key] = r
                 while len(self._readers) > _MAX_OPEN_READERS:
                     _, old = self._readers.popitem(last=False)
@@ -180,38 +283,118 @@ class EmbeddedLog:
             return r
 
     def end_offsets(self, topic: str) -> dict[int, int]:
-        """``{partition: next offset}`` as published by each partition's writer."""
+        """``{partition: next offset}`` as published by each partition's writer. For a partition split
+        on the producer side: the highest end of its open pieces (each piece has its own, see
+        :meth:`piece_ends`)."""
         self._check_open()
         check_topic_name(topic)
         count = self._dir.partition_count(topic)
         out: dict[int, int] = {}
         for p in range(count):
-            directory = self._dir.partition_dir(topic, p)
-            try:
-                fd = os.open(directory / "end", os.O_RDONLY)
-            except FileNotFoundError:
-                out[p] = 0
-                continue
-            try:
-                out[p] = read_end(fd, directory)[0]
-            finally:
-                os.close(fd)
+            layout = self._layouts.get(topic, p)
+            if layout.trivial:
+                out[p] = self._published_end(self._dir.partition_dir(topic, p))
+            else:
+                out[p] = max(self.piece_ends(topic, p).values())
         return out
 
+    def record_counts(self, topic: str) -> dict[int, int]:
+        """``{partition: records}``: its end offset, or for a split partition the sum over its pieces."""
+        out = self.end_offsets(topic)
+        for p in out:
+            layout = self._layouts.get(topic, p)
+            if not layout.trivial:
+                ends = self.piece_ends(topic, p)
+                out[p] = sum((ends[(q.lo, q.hi)] if q.end is None else q.end) - q.start
+                             for q in layout.pieces)
+        return out
+
+    def _published_end(self, directory: Path) -> int:
+        try:
+            fd = os.open(directory / "end", os.O_RDONLY)
+        except FileNotFoundError:
+            return 0
+        try:
+            return read_end(fd, directory)[0]
+        finally:
+            os.close(fd)
+
+    # ------------------------------------------------------------------------------ split pieces
+
+    def layout(self, topic: str, partition: int) -> Layout:
+        """The partition's key layout (`regroup.log.embedded.layout`): one piece unless it was split."""
+        self._check_open()
+        self._dir.check_partition(topic, partition)
+        return self._layouts.get(topic, partition)
+
+    def key_pieces(self, topic: str, partition: int) -> tuple[tuple[int, int], ...]:
+        """The open pieces' key ranges ``(lo, hi)``, in key order (the whole key space if not split)."""
+        return tuple((p.lo, p.hi) for p in self.layout(topic, partition).open_pieces())
+
+    def piece_ends(self, topic: str, partition: int) -> dict[tuple[int, int], int]:
+        """``{(lo, hi): next offset}`` of each open piece of the partition."""
+        pdir = self._dir.partition_dir(topic, partition)
+        return {(p.lo, p.hi): max(p.start, self._published_end(piece_dir(pdir, p.id)))
+                for p in self.layout(topic, partition).open_pieces()}
+
+    def split_partition(self, topic: str, partition: int, into: int, *, piece: int | None = None,
+                        timeout_s: float = DEFAULT_CHANGE_TIMEOUT_S) -> Layout:
+        """Split an open piece of the partition (the partition itself, if never split) into ``into``
+        pieces over equal slices of its keys; the new layout. Producers of that piece are held until
+        it is done; see `regroup.log.embedded.pieces`."""
+        layout = self.layout(topic, partition)
+        if piece is None:
+            opened = layout.open_pieces()
+            if len(opened) != 1:
+                raise LayoutError(
+                    f"partition {partition} of {topic!r} has {len(opened)} open pieces "
+                    f"({', '.join(str(p) for p in opened)}); name the one to split")
+            piece = opened[0].id
+        chosen = piece
+        return self._change(topic, partition, [chosen], timeout_s,
+                            lambda base, ends: base.split(chosen, into, ends[chosen]))
+
+    def merge_partition(self, topic: str, partition: int, pieces: Sequence[int] | None = None, *,
+                        timeout_s: float = DEFAULT_CHANGE_TIMEOUT_S) -> Layout:
+        """Merge adjacent open pieces (all of them by default: the partition whole again) into one;
+        the new layout. Producers of those pieces are held until it is done."""
+        layout = self.layout(topic, partition)
+        ids = [p.id for p in layout.open_pieces()] if pieces is None else list(pieces)
+        return self._change(topic, partition, ids, timeout_s, lambda base, ends: base.merge(ends))
+
+    def _change(self, topic: str, partition: int, pieces: list[int], timeout_s: float,
+                change: Any) -> Layout:
+        self._check_open()
+        self._dir.check_partition(topic, partition)
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
+        return LayoutChange(self._layouts, self._dir, self._fsync, topic, partition, timeout_s,
+                            lambda ids: self._release(topic, partition, ids)).run(pieces, change)
+
+    # ------------------------------------------------------------------------------------ reading
+
     def _collect(
-        self, topic: str, partition: int, start: int, max_records: int, max_bytes: int
+        self, topic: str, partition: int, start: int, max_records: int, max_bytes: int,
+        piece: Piece | None = None,
     ) -> list[Frame]:
         """Find the frames holding records ``start .. start+max_records`` (up to the committed end)."""
         self._check_open()
         self._dir.check_partition(topic, partition)
         check_read_args(start, max_records)
         while True:
-            r = self._reader(topic, partition)
+            r = self._reader(topic, partition, piece)
             with r.lock:
                 if r.closed:  # evicted from the cache between the lookup and the lock
                     self._check_open()
                     continue
                 return r.collect(topic, partition, start, max_records, max_bytes)
+
+    def _read_piece(self, topic: str, partition: int, piece: Piece, start: int, max_records: int,
+                    max_bytes: int) -> list[ConsumedRecord]:
+        out: list[ConsumedRecord] = []
+        for f in self._collect(topic, partition, start, max_records, max_bytes, piece):
+            out += decode_records(topic, partition, f)
+        return out
 
     def read(
         self,
@@ -225,11 +408,69 @@ class EmbeddedLog:
         """Records from ``start`` on: at most ``max_records``, and stopping at about ``max_bytes``.
 
         Returns ``[]`` at the end of the partition; raises :class:`OffsetOutOfRangeError` beyond it.
+        A partition split into several open pieces cannot be read as one sequence: read its key
+        ranges (:meth:`read_keys`, :meth:`key_pieces`).
         """
-        out: list[ConsumedRecord] = []
-        for f in self._collect(topic, partition, start, max_records, max_bytes):
-            out += decode_records(topic, partition, f)
-        return out
+        if self._layouts.get(topic, partition).trivial:
+            out: list[ConsumedRecord] = []
+            for f in self._collect(topic, partition, start, max_records, max_bytes):
+                out += decode_records(topic, partition, f)
+            return out
+        return self._read_all_keys(topic, partition, start, max_records, max_bytes)
+
+    def _read_all_keys(self, topic: str, partition: int, start: int, max_records: int,
+                       max_bytes: int) -> list[ConsumedRecord]:
+        # Every key, across pieces: records or the end (a read may land in a gap between pieces).
+        while True:
+            got = self.read_keys(topic, partition, 0, 1 << 32, start, max_records, max_bytes=max_bytes)
+            if got.records or got.next_offset == start:
+                return got.records
+            start = got.next_offset
+
+    def read_keys(self, topic: str, partition: int, lo: int, hi: int, start: int, max_records: int,
+                  *, max_bytes: int = DEFAULT_MAX_READ_BYTES) -> KeyRead:
+        """The records of keys ``[lo, hi)`` from ``start`` on, looking at up to ``max_records`` records
+        of each piece read, and where to read on (`layout` rule 3; see `PartitionedLog.read_keys`)."""
+        layout = self._layouts.get(topic, partition)
+        if layout.trivial:
+            return keep_keys(self.read(topic, partition, start, max_records, max_bytes=max_bytes),
+                             lo, hi, start)
+        check_read_args(start, max_records)
+        reading = layout.reading(lo, hi, start)
+        if reading.sealed:
+            return self._read_sealed(topic, partition, reading.sealed, lo, hi, start, max_records,
+                                     max_bytes, reading.open)
+        piece = reading.open
+        if piece is None:  # pragma: no cover - open pieces tile the key space (layout rule 1)
+            raise LogError(f"no piece of {topic}/{partition} holds keys [{lo}, {hi})")
+        at = max(start, piece.start)
+        return keep_keys(self._read_piece(topic, partition, piece, at, max_records, max_bytes), lo, hi, at)
+
+    def _read_sealed(self, topic: str, partition: int, sealed: tuple[Piece, ...], lo: int, hi: int,
+                     start: int, max_records: int, max_bytes: int, after: Piece | None) -> KeyRead:
+        """Sealed pieces read together in offset order (records at one offset: by piece id), cut at
+        the lowest offset any piece's read stopped at, so that no record below it is left unread."""
+        got: list[tuple[Piece, list[ConsumedRecord]]] = []
+        cut: int | None = None
+        for piece in sealed:
+            end = piece.end if piece.end is not None else piece.start
+            at = max(start, piece.start)
+            if at >= end:
+                continue
+            recs = self._read_piece(topic, partition, piece, at, min(max_records, end - at), max_bytes)
+            got.append((piece, recs))
+            stopped = recs[-1].offset + 1 if recs else at
+            if stopped < end:  # more to read in this piece: nothing at or above `stopped` is safe yet
+                cut = stopped if cut is None else min(cut, stopped)
+        if cut is None:  # every sealed piece read to its end: on to the open piece's start
+            nxt = max([start] + [p.end for p in sealed if p.end is not None])
+            if after is not None:
+                nxt = max(nxt, after.start)
+            cut = nxt
+        merged = sorted(((r.offset, p.id, r) for p, recs in got for r in recs if r.offset < cut),
+                        key=lambda t: (t[0], t[1]))
+        kept = keep_keys([r for _, _, r in merged], lo, hi, start).records
+        return KeyRead(kept, cut)
 
     def read_arrow(
         self,
@@ -241,6 +482,8 @@ class EmbeddedLog:
         max_bytes: int = DEFAULT_MAX_READ_BYTES,
     ) -> pa.RecordBatch:
         """The records :meth:`read` would return, as one batch with ``ARROW_SCHEMA``, built column-wise."""
+        if not self._layouts.get(topic, partition).trivial:
+            return records_to_arrow(self._read_all_keys(topic, partition, start, max_records, max_bytes))
         frames = self._collect(topic, partition, start, max_records, max_bytes)
         if not frames:
             return empty_batch()

@@ -81,8 +81,10 @@ class PartitionReader:
     (the common case) goes straight to the right frame without touching the index.
     """
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, first_offset: int = 0) -> None:
         self.directory = directory
+        #: The offset of the first record the files hold: 0, or a split piece's start (`layout`).
+        self.first_offset = first_offset
         self.end_fd = -1
         self.data_fd = -1
         self.index_offsets: list[int] = []
@@ -153,7 +155,7 @@ class PartitionReader:
         if cur is not None and cur[0] == start:
             return cur[1], cur[2]
         self.refresh_index()
-        best = (0, 0)
+        best = (self.first_offset, 0)
         i = bisect.bisect_right(self.index_offsets, start) - 1
         if i >= 0:
             best = (self.index_offsets[i], self.index_positions[i])
@@ -174,10 +176,10 @@ class PartitionReader:
         The caller holds ``self.lock`` and has checked that the reader is open.
         """
         end_offset, end_pos = self.committed()
-        if start < 0 or start > end_offset:
+        if start < self.first_offset or start > end_offset:
             raise OffsetOutOfRangeError(
                 topic, partition, start,
-                f"the partition holds offsets 0 to {end_offset - 1} (end {end_offset})",
+                f"the partition holds offsets {self.first_offset} to {end_offset - 1} (end {end_offset})",
             )
         if start == end_offset or max_records == 0:
             return []
@@ -195,9 +197,9 @@ class PartitionReader:
         the caller then walks again from the start of the file, without hints.
         """
         fd = self.data()
-        base, pos = self.seek_hint(start) if use_hints else (0, 0)
+        base, pos = self.seek_hint(start) if use_hints else (self.first_offset, 0)
         hint_pos = pos
-        if pos != 0 and not (0 < pos < end_pos and 0 < base <= start):
+        if pos != 0 and not (0 < pos < end_pos and self.first_offset < base <= start):
             raise StaleHint
         frames: list[Frame] = []
         buf = b""

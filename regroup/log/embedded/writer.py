@@ -128,8 +128,11 @@ class PartitionWriter:
             os.close(self.end_fd)  # releases the flock
 
 
-def open_writer(directory: Path, name: str, fsync: FsyncPolicy) -> PartitionWriter:
-    """Take the partition in ``directory`` for writing, recovering it (``name`` is for error messages)."""
+def open_writer(directory: Path, name: str, fsync: FsyncPolicy, first_offset: int = 0) -> PartitionWriter:
+    """Take the partition in ``directory`` for writing, recovering it (``name`` is for error messages).
+
+    ``first_offset`` is the offset of the files' first record: 0, or a split piece's start (`layout`).
+    """
     created = not directory.exists()
     directory.mkdir(exist_ok=True)
     end_fd = os.open(directory / "end", os.O_RDWR | os.O_CREAT, 0o644)
@@ -163,7 +166,7 @@ def open_writer(directory: Path, name: str, fsync: FsyncPolicy) -> PartitionWrit
         if created and fsync == "batch":
             fsync_dir(directory)
             fsync_dir(directory.parent)
-        w = _recover(directory, end_fd, data_fd, fsync)
+        w = _recover(directory, end_fd, data_fd, fsync, first_offset)
     except BaseException:
         os.close(data_fd)
         os.close(end_fd)
@@ -171,12 +174,13 @@ def open_writer(directory: Path, name: str, fsync: FsyncPolicy) -> PartitionWrit
     return w
 
 
-def _recover(directory: Path, end_fd: int, data_fd: int, fsync: FsyncPolicy) -> PartitionWriter:
+def _recover(directory: Path, end_fd: int, data_fd: int, fsync: FsyncPolicy,
+             first_offset: int = 0) -> PartitionWriter:
     """Find the true end of a partition we now own; cut a torn tail; republish the end (rule 4)."""
     size = os.fstat(data_fd).st_size
     published = unpack_end(os.pread(end_fd, END_SIZE, 0))
     index = _load_index(directory)
-    start = (0, 0)
+    start = (first_offset, 0)
     if published is not None and published[1] <= size:
         start = published
     else:
