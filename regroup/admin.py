@@ -708,7 +708,12 @@ def coordinator(
     data_dir: str = typer.Option(..., "--data-dir", help="Directory of the durable record store."),
     log: str | None = typer.Option(None, "--log", help="Log for topic metadata: a directory or "
                                    "kafka://HOST:PORT (default: $REGROUP_LOG)."),
-    token: str | None = typer.Option(None, help="Require this API token (default: $REGROUP_TOKEN)."),
+    token: str | None = typer.Option(None, help="Require this API token, with every scope (default: "
+                                     "$REGROUP_TOKEN, unless --tokens-file is given)."),
+    tokens_file: str | None = typer.Option(None, "--tokens-file", metavar="PATH",
+                                           help="Require one of the tokens of this TOML or JSON file, each "
+                                                "with its scopes (member for some groups, read, admin); "
+                                                "not with --token. See docs/operations.md."),
     tls_cert: str | None = typer.Option(None, help="PEM certificate: serve TLS."),
     tls_key: str | None = typer.Option(None, help="PEM private key for --tls-cert."),
     metrics_port: int | None = typer.Option(None, help="Serve Prometheus metrics on this port."),
@@ -739,7 +744,7 @@ def coordinator(
 ) -> None:
     """Run the group coordinator: gRPC API, durable store, timers, metrics, optional dashboard."""
     from regroup.coordinator.logs import configure
-    from regroup.coordinator.server import ServerConfig, run_coordinator
+    from regroup.coordinator.server import ServerConfig, run_coordinator, token_option
     from regroup.protocol.errors import ProtocolError
     from regroup.protocol.streams.coordinator import StreamsConfig
 
@@ -750,7 +755,7 @@ def coordinator(
     configure(log_level.value)
     code = run_coordinator(ServerConfig(
         data_dir=data_dir, listen=listen, log_spec=log or os.environ.get("REGROUP_LOG"),
-        token=token or os.environ.get("REGROUP_TOKEN"), tls_cert=tls_cert, tls_key=tls_key,
+        token=token_option(token, tokens_file), tokens_file=tokens_file, tls_cert=tls_cert, tls_key=tls_key,
         metrics_port=metrics_port, session_timeout_ms=session_timeout_ms,
         heartbeat_interval_ms=heartbeat_interval_ms, failover_grace_ms=failover_grace_ms, http=http,
         streams=streams, migrate_from=migrate_from, migrate_groups=tuple(migrate_group),

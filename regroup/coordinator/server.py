@@ -20,8 +20,9 @@ Exit status 0; 1 when the service stopped itself because it could not guarantee 
 `service`); 2 for a bad configuration.
 
 Logs go to stderr (`regroup.coordinator.logs`, ``--log-level debug|info|warning|error``): the start-up
-(address, data dir, topic source without its options, whether TLS and a token are on — never the
-token), then what `service` reports.
+(address, data dir, topic source without its options, whether TLS and tokens are on and the names and
+scopes of the tokens — never a token), then what `service` reports. Access (``--token``,
+``--tokens-file``) is `regroup.coordinator.auth` and `regroup.coordinator.tokens`.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from regroup.coordinator.migration import Migration, MigrationPoller, holds_not_
 from regroup.coordinator.service import CoordinatorService, ServiceOptions, monotonic_ms
 from regroup.coordinator.sources import TopicRefresher, open_topic_source
 from regroup.coordinator.store import DurableStore, StoreError
+from regroup.coordinator.tokens import TokenSet, load_tokens
 from regroup.coordinator.watch import Watchers
 from regroup.log import open_kafka_groups
 from regroup.log.errors import LogError
@@ -85,7 +87,10 @@ class ServerConfig:
     listen: str = "127.0.0.1:9650"
     #: Topic metadata source: static:NAME=N,..., file:PATH.json, or a log spec (None: recorded only).
     log_spec: str | None = None
+    #: One API token with every scope (``--token``; exclusive with ``tokens_file``).
     token: str | None = None
+    #: A TOML or JSON file of tokens with scopes (`regroup.coordinator.tokens`).
+    tokens_file: str | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
     metrics_port: int | None = None
@@ -116,10 +121,11 @@ class ServerConfig:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServerConfig:
-        """From `build_parser`'s arguments; the token falls back to $REGROUP_TOKEN."""
+        """From `build_parser`'s arguments; the token falls back to $REGROUP_TOKEN (`token_option`)."""
         return cls(
             data_dir=args.data_dir, listen=args.listen, log_spec=args.log_spec,
-            token=args.token or os.environ.get("REGROUP_TOKEN") or None, tls_cert=args.tls_cert,
+            token=token_option(args.token, args.tokens_file), tokens_file=args.tokens_file,
+            tls_cert=args.tls_cert,
             tls_key=args.tls_key, metrics_port=args.metrics_port, session_timeout_ms=args.session_timeout_ms,
             heartbeat_interval_ms=args.heartbeat_interval_ms, failover_grace_ms=args.failover_grace_ms,
             snapshot_every=args.snapshot_every,
@@ -133,15 +139,35 @@ class ServerConfig:
             migrate_poll_s=args.migrate_poll_s, end_migrations=tuple(args.end_migration or ()))
 
 
-class _LoggedTokenInterceptor(TokenInterceptor):
-    """`TokenInterceptor` that says in the log which calls it refused (the metadata never)."""
+def token_option(token: str | None, tokens_file: str | None) -> str | None:
+    """``--token``, else $REGROUP_TOKEN unless a tokens file names every token (a client's
+    $REGROUP_TOKEN in the environment must not become a token with every scope)."""
+    if token or tokens_file:
+        return token or None
+    return os.environ.get("REGROUP_TOKEN") or None
 
-    def _authorized(self, details: grpc.HandlerCallDetails) -> bool:
-        ok = super()._authorized(details)
-        if not ok:
-            log.warning("%s refused with UNAUTHENTICATED: no or wrong API token",
-                        details.method.rpartition("/")[2] or details.method)
-        return ok
+
+def _tokens(cfg: ServerConfig) -> TokenSet | None:
+    """The API tokens of ``--token`` or ``--tokens-file`` (None: none required); ValueError if both."""
+    if cfg.token and cfg.tokens_file:
+        raise ValueError("give --token or --tokens-file, not both (a tokens file can hold a token with "
+                         "every scope: scopes = [\"member\", \"read\", \"admin\"], groups = [\"*\"])")
+    if cfg.tokens_file:
+        tokens = load_tokens(cfg.tokens_file)
+        if tokens.plain and _readable_by_others(cfg.tokens_file):
+            log.warning("the tokens file %s holds plain tokens (%s) and other users may read it: use "
+                        "token_sha256, or chmod 600", cfg.tokens_file, ", ".join(tokens.plain))
+        for grant in tokens.grants:
+            log.info("API token %s", grant.describe())
+        return tokens
+    return TokenSet.single(cfg.token) if cfg.token else None
+
+
+def _readable_by_others(path: str) -> bool:
+    try:
+        return bool(os.stat(path).st_mode & 0o044)
+    except OSError:
+        return False
 
 
 def _host(listen: str) -> str:
@@ -161,7 +187,8 @@ async def serve(
     config = CoordinatorConfig(session_timeout_ms=cfg.session_timeout_ms,
                                heartbeat_interval_ms=cfg.heartbeat_interval_ms,
                                failover_grace_ms=cfg.failover_grace_ms)
-    listen, data_dir, token = cfg.listen, cfg.data_dir, cfg.token
+    listen, data_dir = cfg.listen, cfg.data_dir
+    tokens = _tokens(cfg)
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -215,7 +242,7 @@ async def serve(
         poller = await _start_migrations(service, cfg, migrations, kafka_groups)
 
         server = grpc.aio.server(
-            interceptors=[_LoggedTokenInterceptor(token)] if token else None,
+            interceptors=[TokenInterceptor(tokens)] if tokens is not None else None,
             options=[
                 ("grpc.max_receive_message_length", cfg.max_message_bytes),
                 ("grpc.so_reuseport", 0),
@@ -233,8 +260,8 @@ async def serve(
         if cfg.tls_cert is not None and cfg.tls_key is not None:
             port = server.add_secure_port(listen, server_credentials(cfg.tls_cert, cfg.tls_key))
         else:
-            if token:
-                log.warning("the API token crosses the network in clear text without TLS: "
+            if tokens is not None:
+                log.warning("API tokens cross the network in clear text without TLS: "
                             "add --tls-cert/--tls-key")
             port = server.add_insecure_port(listen)
         if port == 0:
@@ -258,7 +285,7 @@ async def serve(
             bound_metrics = int(metrics_server.server_port)
         dashboard = None
         if http_at is not None:
-            dashboard = _dashboard(service, token, *http_at)
+            dashboard = _dashboard(service, tokens, *http_at)
             try:
                 http_port = await dashboard.start()
             except OSError:
@@ -268,7 +295,8 @@ async def serve(
         info = Listening(address, bound_metrics, len(loaded.records), recovery_s)
         log.info("listening on %s (%s, %s)%s%s", address,
                  "TLS" if cfg.tls_cert is not None else "plaintext",
-                 "API token required" if token else "no API token",
+                 "no API token" if tokens is None else "API token required" if cfg.token
+                 else f"API token required: {len(tokens.entries)} tokens from {cfg.tokens_file}",
                  f"; metrics on {host or '0.0.0.0'}:{bound_metrics}" if bound_metrics is not None else "",
                  f"; dashboard on {url_of(dashboard.host, http_port)}" if dashboard is not None else "")
         print(f"regroup coordinator listening on {address}"
@@ -334,7 +362,7 @@ async def _cancel(task: asyncio.Task[None] | None) -> None:
             await task
 
 
-def _dashboard(service: CoordinatorService, token: str | None, host: str, port: int) -> DashboardServer:
+def _dashboard(service: CoordinatorService, tokens: TokenSet | None, host: str, port: int) -> DashboardServer:
     """The dashboard, fed by every step of the service from now on."""
     coord = service.coord
 
@@ -345,9 +373,10 @@ def _dashboard(service: CoordinatorService, token: str | None, host: str, port: 
     feed = Feed(epochs_of)
     feed.seed(service.runtime.read(_descriptions).response)
     service.on_step = feed.on_step
-    if token is None and not is_loopback(host):
-        log.warning("the dashboard on %s is open to anyone who can reach it: add --token", host)
-    return DashboardServer(Dashboard(service, feed, token=token), host, port)
+    if tokens is None and not is_loopback(host):
+        log.warning("the dashboard on %s is open to anyone who can reach it: add --token or --tokens-file",
+                    host)
+    return DashboardServer(Dashboard(service, feed, tokens=tokens), host, port)
 
 
 def _descriptions(c: Coordinator) -> list[GroupDescription]:
@@ -378,7 +407,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", required=True, help="directory for the durable record store")
     p.add_argument("--log", dest="log_spec", default=None,
                    help="topic metadata source: static:NAME=N,..., file:PATH.json, or a log spec")
-    p.add_argument("--token", default=None, help="require this API token (or set REGROUP_TOKEN)")
+    p.add_argument("--token", default=None,
+                   help="require this API token, with every scope (or set REGROUP_TOKEN)")
+    p.add_argument("--tokens-file", default=None, metavar="PATH",
+                   help="require one of the tokens of this TOML or JSON file, each with its scopes "
+                        "(member for some groups, read, admin; docs/operations.md); not with --token")
     p.add_argument("--tls-cert", default=None, help="PEM certificate (chain) to serve TLS")
     p.add_argument("--tls-key", default=None, help="PEM private key of --tls-cert")
     p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port")

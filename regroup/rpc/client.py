@@ -12,8 +12,9 @@ A request the coordinator could not read at all (gRPC INVALID_ARGUMENT: "malform
 request: ...", e.g. from a client of another version) is answered the same way as one its handler
 could not decode: INVALID_REQUEST, in the response object or as `RequestRejected` — sending it again
 fails again, so it is never `CoordinatorUnavailable`. Transport trouble raises `CoordinatorUnavailable`
-(retry later) and a refused token `AuthenticationFailed`. The client never retries by itself: the
-member state machine decides when to try again. It is thread-safe (one channel, shared).
+(retry later) and a refused token (missing, wrong, or out of its scopes) `AuthenticationFailed`. The
+client never retries by itself: the member state machine decides when to try again. It is thread-safe
+(one channel, shared).
 """
 
 from __future__ import annotations
@@ -383,7 +384,7 @@ def _translate(e: grpc.RpcError, address: str, method: str) -> Exception:
     cannot decode with: a caller must not retry it as if the coordinator were away."""
     code = e.code() if hasattr(e, "code") else None
     details = e.details() if hasattr(e, "details") else str(e)
-    if code == grpc.StatusCode.UNAUTHENTICATED:
+    if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):  # token refused
         return AuthenticationFailed(f"coordinator {address} refused {method}: {details}")
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return RequestRejected(ErrorCode.INVALID_REQUEST,

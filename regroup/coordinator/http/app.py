@@ -7,9 +7,12 @@ Rules:
    `regroup.rpc.views.streams_group_json` (what ``groups describe --json`` prints for it) plus its
    epoch history and the feed's timeline. The OpenAPI document (`regroup.coordinator.http.openapi`)
    describes exactly what these handlers return.
-3. With a token, every request shows it (``Authorization: Bearer`` or the ``regroup_token`` cookie
-   that ``/?token=T`` sets), compared in constant time. Without one the dashboard is open, which the
-   server warns about unless it is bound to loopback.
+3. With tokens (``--token`` or ``--tokens-file``), every request shows one (``Authorization: Bearer``
+   or the ``regroup_token`` cookie that ``/?token=T`` sets), looked up as gRPC calls' tokens are
+   (`regroup.coordinator.tokens`): none or an unknown one is 401, a token without the read scope
+   (admin implies it; a member token has not) is 403, and ``/?token=T`` sets the cookie only for a
+   token that may read. Without tokens the dashboard is open, which the server warns about unless
+   it is bound to loopback. Never a token in a response or the log.
 4. Runs on the coordinator's event loop; handlers only read the core through the service's doors.
 """
 
@@ -17,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import logging
 import mimetypes
@@ -31,6 +33,7 @@ from aiohttp import web
 from regroup.coordinator.http.feed import CLOSED, Feed
 from regroup.coordinator.http.openapi import openapi_document
 from regroup.coordinator.service import CoordinatorService, unix_ms
+from regroup.coordinator.tokens import Grant, Scope, TokenSet
 from regroup.protocol.coordinator import Coordinator
 from regroup.protocol.errors import ErrorCode, ProtocolError
 from regroup.rpc.types import EpochChange, GroupDetails
@@ -67,11 +70,11 @@ def rebalances_since(history: Iterable[EpochChange], since_unix_ms: int) -> int:
 
 
 class Dashboard:
-    def __init__(self, service: CoordinatorService, feed: Feed, *, token: str | None = None,
+    def __init__(self, service: CoordinatorService, feed: Feed, *, tokens: TokenSet | None = None,
                  ping_s: float = PING_S) -> None:
         self.service = service
         self.feed = feed
-        self.token = token
+        self.tokens = tokens
         self.ping_s = ping_s
         self._streams: set[asyncio.Task[Any]] = set()
         #: group id -> (store tail, monotonic time, JSON body) of the last build.
@@ -96,18 +99,30 @@ class Dashboard:
 
     @web.middleware
     async def _access(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if self.token is None:
+        if self.tokens is None:
             return await handler(request)
         given = request.query.get("token") if request.path == "/" else None
-        if given is not None and hmac.compare_digest(given.encode(), self.token.encode()):
+        if given is not None:
+            refused = self._refusal(self.tokens.lookup(given))
+            if refused is not None:
+                return refused
             resp = web.HTTPFound("/")
-            resp.set_cookie(COOKIE, self.token, httponly=True, samesite="Strict", path="/")
+            resp.set_cookie(COOKIE, given, httponly=True, samesite="Strict", path="/")
             return resp
         shown = self._shown_token(request)
-        if shown is None or not hmac.compare_digest(shown.encode(), self.token.encode()):
+        refused = self._refusal(self.tokens.lookup(shown) if shown is not None else None)
+        return refused if refused is not None else await handler(request)
+
+    @staticmethod
+    def _refusal(grant: Grant | None) -> web.Response | None:
+        """None when the token's grant may read (rule 3); else the 401 or 403 answer."""
+        if grant is None:
             return _error(401, "UNAUTHENTICATED", "give the coordinator's token: Authorization: Bearer "
                           "TOKEN, or open /?token=TOKEN once")
-        return await handler(request)
+        if not grant.allows(Scope.READ):
+            return _error(403, "PERMISSION_DENIED", f"token {grant.name!r} may not open the dashboard: it "
+                          "needs the read (or admin) scope")
+        return None
 
     # ------------------------------------------------------------------ the page
     async def index(self, _request: web.Request) -> web.StreamResponse:

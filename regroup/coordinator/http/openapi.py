@@ -115,8 +115,9 @@ def _json(ref: str, description: str) -> dict[str, Any]:
 _DOCUMENT: dict[str, Any] = {
     "openapi": "3.1.0",
     "info": {"title": "regroup coordinator dashboard API", "version": "1",
-             "description": "Read-only. With --token every request needs `Authorization: Bearer TOKEN` or "
-                            "the `regroup_token` cookie that `/?token=TOKEN` sets."},
+             "description": "Read-only. With --token or --tokens-file every request needs a token with "
+                            "the read (or admin) scope: `Authorization: Bearer TOKEN` or the "
+                            "`regroup_token` cookie that `/?token=TOKEN` sets."},
     "components": {
         "schemas": SCHEMAS,
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"},
@@ -127,7 +128,8 @@ _DOCUMENT: dict[str, Any] = {
         "/api/groups": {"get": {
             "operationId": "listGroups", "summary": "Every group with its lag and recent rebalances",
             "responses": {"200": _json("GroupList", "The groups"),
-                          "401": _json("Error", "Missing or wrong token")}}},
+                          "401": _json("Error", "Missing or wrong token"),
+                          "403": _json("Error", "A token without the read scope")}}},
         "/api/groups/{group}": {"get": {
             "operationId": "describeGroup",
             "summary": "One group: what `regroup groups describe GROUP --json` prints, plus its timeline "
@@ -140,6 +142,7 @@ _DOCUMENT: dict[str, Any] = {
                                       {"$ref": "#/components/schemas/StreamsGroupDetails"}]}}}},
                           "400": _json("Error", "Invalid group id"),
                           "401": _json("Error", "Missing or wrong token"),
+                          "403": _json("Error", "A token without the read scope"),
                           "404": _json("Error", "No such group")}}},
         "/api/events": {"get": {
             "operationId": "events",
@@ -148,7 +151,8 @@ _DOCUMENT: dict[str, Any] = {
                        "deleted; a `: ping` comment every 15 s",
             "responses": {"200": {"description": "An event stream",
                                   "content": {"text/event-stream": {"schema": _STR}}},
-                          "401": _json("Error", "Missing or wrong token")}}},
+                          "401": _json("Error", "Missing or wrong token"),
+                          "403": _json("Error", "A token without the read scope")}}},
         "/api/openapi.json": {"get": {
             "operationId": "openapi", "summary": "This document",
             "responses": {"200": {"description": "OpenAPI 3.1",
