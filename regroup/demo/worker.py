@@ -1,9 +1,12 @@
 """A consumer process of the demo and the end-to-end tests: reads, records what it processed, commits.
 
 Usage: python -m regroup.demo.worker COORDINATOR LOG_DIR GROUP OUT_FILE [--instance ID] [--topic T]
+       [--values]
 
 Each processed record is appended to OUT_FILE as "partition offset" (flushed before the commit, so a
-record is on disk before its offset is committed). Events (assign, revoke, lost, commit-refused) go to
+record is on disk before its offset is committed); with ``--values``, "partition offset value" (the
+value decoded as text): a partition split on the producer side has pieces whose offsets overlap, so
+there the value names the record. Events (assign, revoke, lost, commit-refused) go to
 OUT_FILE.events. SIGTERM closes the consumer cleanly (commit, leave).
 """
 
@@ -27,6 +30,7 @@ def main() -> int:
     p.add_argument("out")
     p.add_argument("--instance")
     p.add_argument("--topic", default="orders")
+    p.add_argument("--values", action="store_true")
     args = p.parse_args()
     stop = False
 
@@ -50,7 +54,10 @@ def main() -> int:
             batch = c.consume(500, 0.2)
             if not batch:
                 continue
-            out.write("".join(f"{r.partition} {r.offset}\n" for r in batch))
+            if args.values:
+                out.write("".join(f"{r.partition} {r.offset} {(r.value or b'').decode()}\n" for r in batch))
+            else:
+                out.write("".join(f"{r.partition} {r.offset}\n" for r in batch))
             out.flush()
             try:
                 c.commit()

@@ -225,3 +225,68 @@ def test_a_read_timeout_is_no_reason_to_end_the_poll_loop(
     monkeypatch.setattr(log, "read", slow_once)
     assert [r.offset for r in c.consume(3, 5.0)] == [0, 1, 2]  # the timeout is logged, the read retried
     assert len(calls) == 2
+
+
+def test_a_partition_split_and_merged_while_owned_is_read_in_lanes_each_key_once_in_order(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Producer-side split and merge while a shard is owned and its reader lags: the shard is cut into
+    one lane per piece, each from where the shard was; after the merge its lanes share the merged
+    piece from different positions. Every record comes out once, every key in order; a revocation
+    commits each lane, and a later owner resumes from those parts with nothing to read again."""
+    from regroup.log.embedded import EmbeddedLog
+
+    lg = EmbeddedLog(tmp_path / "split", fsync="never")
+    lg.create_topic("t", 1)
+    n = 0
+
+    def produce(count: int) -> None:
+        nonlocal n
+        lg.produce("t", 0, [LogRecord(f"k{i % 11}".encode(), str(i).encode(), 0)
+                            for i in range(n, n + count)])
+        n += count
+
+    def take(count: int) -> list[Any]:
+        out: list[Any] = []
+        while len(out) < count:
+            out += c.consume(count - len(out), 0.2)
+        return out
+
+    events: list[tuple[str, set[Any]]] = []
+    c, m = make(lg, monkeypatch, events)
+    monkeypatch.setattr(m, "fetch_committed", lambda shards: dict(m.committed))
+    produce(30)
+    m.actions = [Assign(frozenset({A}))]
+    got = take(5)
+    lg.split_partition("t", 0, 2)
+    produce(30)
+    got += take(10)
+    lg.split_partition("t", 0, 3, piece=lg.layout("t", 0).open_pieces()[1].id)
+    produce(30)
+    got += take(7)
+    lg.merge_partition("t", 0)
+    produce(30)
+    while batch := c.consume(100, 0.2):
+        got += batch
+    values = [int(r.value or b"") for r in got]
+    assert sorted(values) == list(range(n))
+    by_key: dict[bytes | None, list[int]] = {}
+    for r in got:
+        by_key.setdefault(r.key, []).append(int(r.value or b""))
+    assert all(v == sorted(v) for v in by_key.values())
+    assert c.shards() == {A}
+    m.actions = [Revoke(frozenset({A}))]
+    c.consume(1, 0.05)
+    lanes = m.commits[-1]
+    assert len(lanes) > 1 and all(s.partition == 0 and not s.whole for s in lanes)
+    assert sorted((s.lo, s.hi) for s in lanes)[0][0] == 0 and max(s.hi for s in lanes) == 1 << 32
+    # another owner of the whole partition resumes from the lanes' parts: nothing to read again
+    c2, m2 = make(lg, monkeypatch, events)
+    monkeypatch.setattr(m2, "fetch_committed", lambda shards: dict(m.committed))
+    m2.actions = [Assign(frozenset({A}))]
+    assert c2.consume(100, 0.3) == []
+    produce(10)
+    rest = []
+    while batch := c2.consume(100, 0.2):
+        rest += batch
+    assert sorted(int(r.value or b"") for r in rest) == list(range(n - 10, n))
+    lg.close()
