@@ -226,6 +226,33 @@ def bench_log(
     run_log_bench(directory, records, value_size, json_output)
 
 
+def _process_counts(text: str, what: str) -> list[int]:
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"comma-separated counts, got {text!r}", param_hint=what) from None
+    if not out or any(n < 1 or n > 64 for n in out):
+        raise typer.BadParameter(f"counts must be 1..64, got {text!r}", param_hint=what)
+    return out
+
+
+@bench_app.command("split")
+def bench_split(
+    records: int = typer.Option(400_000, min=1000, help="Records in the hot partition."),
+    value_size: int = typer.Option(100, min=8, help="Bytes per value."),
+    readers: str = typer.Option("1,2,4,8", help="Reader counts K, comma-separated (each owns 1/K of "
+                                                "the keys)."),
+    producers: str = typer.Option("1,2,4", help="Producer counts, comma-separated."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+) -> None:
+    """Producer-side split vs client-side filtering of one hot partition: read amplification,
+    records/s and CPU per record for K readers, and parallel producers (embedded log)."""
+    from regroup.bench.split import run_split_bench
+
+    run_split_bench(records, value_size, _process_counts(readers, "--readers"),
+                    _process_counts(producers, "--producers"), json_output)
+
+
 @bench_app.command("spark")
 def bench_spark(
     records: int = typer.Option(4_000_000, min=1, help="Records in the topic (and in the Parquet copy)."),
