@@ -43,7 +43,7 @@ from regroup.log.embedded.layout import Layout, LayoutError, Piece
 from regroup.log.embedded.pieces import DEFAULT_CHANGE_TIMEOUT_S, LayoutChange, Layouts, now_ms, piece_dir
 from regroup.log.embedded.reader import DEFAULT_MAX_READ_BYTES, PartitionReader, decode_records, read_end
 from regroup.log.embedded.writer import PartitionWriter, open_writer
-from regroup.log.errors import InvalidRecordError, LogError, ProduceError
+from regroup.log.errors import InvalidRecordError, LogError, PartitionLockedError, ProduceError
 from regroup.log.validation import check_read_args, check_topic_name
 from regroup.protocol.keyrange import key_hash
 
@@ -229,18 +229,28 @@ class EmbeddedLog:
                     )
                 return w
             name = f"{topic}/{partition} of {self._root}" + (f" piece {piece.id}" if piece.id else "")
-            w = open_writer(piece_dir(self._dir.partition_dir(topic, partition), piece.id), name,
-                            self._fsync, piece.start)
+            try:
+                w = open_writer(piece_dir(self._dir.partition_dir(topic, partition), piece.id), name,
+                                self._fsync, piece.start)
+            except PartitionLockedError:
+                # Held by a split or merge announced since we routed (not by another producer)?
+                if self._moved(topic, partition, piece):
+                    raise _PieceMoved from None
+                raise
             # Rule 5: with the lock held, the piece cannot be sealed any more; check that it was not
             # sealed or announced before we took it.
-            layout = self._layouts.get(topic, partition)
-            pending = layout.pending_for(now_ms())
-            if not _is_open(layout, piece.id) or (pending is not None and piece.id in pending.pieces):
+            if self._moved(topic, partition, piece):
                 with w.lock:
                     w.close()
                 raise _PieceMoved
             self._writers[key] = w
             return w
+
+    def _moved(self, topic: str, partition: int, piece: Piece) -> bool:
+        """Whether ``piece`` is sealed, or announced to be, in the partition's current layout."""
+        layout = self._layouts.get(topic, partition)
+        pending = layout.pending_for(now_ms())
+        return not _is_open(layout, piece.id) or (pending is not None and piece.id in pending.pieces)
 
     def _release(self, topic: str, partition: int, pieces: Iterable[int]) -> None:
         for pid in pieces:
