@@ -70,21 +70,25 @@ class Layouts:
         self._dir = directory
         self._lock = threading.Lock()
         self._cache: dict[tuple[str, int], tuple[tuple[int, int, int, int], Layout]] = {}
+        # Each partition's layout file as a string: building the Path costs more than the stat.
+        self._paths: dict[tuple[str, int], str] = {}
 
     def get(self, topic: str, partition: int) -> Layout:
-        path = self._dir.partition_dir(topic, partition) / LAYOUT_FILE
+        key = (topic, partition)
+        path = self._paths.get(key)
+        if path is None:
+            path = self._paths[key] = os.fspath(self._dir.partition_dir(topic, partition) / LAYOUT_FILE)
         try:
             st = os.stat(path)
         except (FileNotFoundError, NotADirectoryError):
             return TRIVIAL
         sig = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        key = (topic, partition)
         with self._lock:
             hit = self._cache.get(key)
         if hit is not None and hit[0] == sig:
             return hit[1]
         try:
-            layout = Layout.from_json(json.loads(path.read_bytes()))
+            layout = Layout.from_json(json.loads(Path(path).read_bytes()))
         except FileNotFoundError:
             return TRIVIAL
         except (OSError, ValueError) as e:
@@ -94,6 +98,7 @@ class Layouts:
         return layout
 
     def write(self, topic: str, partition: int, layout: Layout) -> None:
+        """Replace the partition's layout file (atomically; the commit point of a change)."""
         self._dir.write_json(self._dir.partition_dir(topic, partition) / LAYOUT_FILE, layout.to_json())
 
 
