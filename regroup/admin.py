@@ -26,7 +26,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
@@ -574,6 +574,21 @@ def _print_layout(topic: str, partition: int, layout: Layout) -> None:
     _console().print(table)
 
 
+def _change_layout(log: str | None, topic: str, partition: int,
+                   change: Callable[[EmbeddedLog], Layout]) -> None:
+    """Run a split or merge on the embedded log and print the partition's new pieces."""
+    from regroup.log.errors import LogError
+
+    lg = _embedded(log)
+    try:
+        layout = change(lg)
+    except (LogError, ValueError) as e:
+        _fail(str(e))
+    finally:
+        lg.close()
+    _print_layout(topic, partition, layout)
+
+
 @topics_app.command("split")
 def topics_split(
     topic: str = typer.Argument(..., help="Topic name."),
@@ -590,16 +605,8 @@ def topics_split(
     Each piece takes an equal slice of the keys; its offsets start at the partition's end. Producers of
     the partition wait only while it is switched; consumers read every key in order across it.
     """
-    from regroup.log.errors import LogError
-
-    lg = _embedded(log)
-    try:
-        layout = lg.split_partition(topic, partition, into, piece=piece, timeout_s=timeout)
-    except (LogError, ValueError) as e:
-        _fail(str(e))
-    finally:
-        lg.close()
-    _print_layout(topic, partition, layout)
+    _change_layout(log, topic, partition,
+                   lambda lg: lg.split_partition(topic, partition, into, piece=piece, timeout_s=timeout))
 
 
 @topics_app.command("merge")
@@ -614,22 +621,14 @@ def topics_merge(
     log: str | None = typer.Option(None, "--log", help=LOG_HELP),
 ) -> None:
     """Merge adjacent pieces of a split partition back into one (embedded log)."""
-    from regroup.log.errors import LogError
-
     ids = None
     if pieces is not None:
         try:
             ids = [int(x) for x in pieces.split(",") if x.strip()]
         except ValueError:
             _fail(f"--pieces must be comma-separated piece ids, got {pieces!r}")
-    lg = _embedded(log)
-    try:
-        layout = lg.merge_partition(topic, partition, ids, timeout_s=timeout)
-    except (LogError, ValueError) as e:
-        _fail(str(e))
-    finally:
-        lg.close()
-    _print_layout(topic, partition, layout)
+    _change_layout(log, topic, partition,
+                   lambda lg: lg.merge_partition(topic, partition, ids, timeout_s=timeout))
 
 
 @topics_app.command("pieces")
