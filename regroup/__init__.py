@@ -7,7 +7,7 @@ from typing import Any
 from regroup.client.partition import TopicPartition
 
 __version__ = "0.1.0"
-__all__ = ["Consumer", "TopicPartition"]
+__all__ = ["Consumer", "Handler", "TopicPartition", "Worker"]
 
 
 def __getattr__(name: str) -> Any:
@@ -16,4 +16,8 @@ def __getattr__(name: str) -> Any:
         from regroup.client.consumer import Consumer
 
         return Consumer
+    if name in ("Worker", "Handler"):  # what Consumer.run(handler) hands to the handler, and its type
+        from regroup.client import workers
+
+        return getattr(workers, name)
     raise AttributeError(f"module 'regroup' has no attribute {name!r}")

@@ -324,3 +324,11 @@ def test_run_with_one_worker_commits_after_the_handler_and_a_failed_batch_is_nev
     assert f.left and f.commits == [] and ("revoked", frozenset({B})) in f.acks
     with pytest.raises(ConsumerClosedError):
         failing.consume()
+
+
+def test_worker_and_handler_are_exported_from_the_package() -> None:
+    import regroup
+    from regroup.client import workers
+
+    assert regroup.Worker is workers.Worker and regroup.Handler is workers.Handler
+    assert {"Worker", "Handler"} <= set(regroup.__all__)
