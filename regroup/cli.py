@@ -44,30 +44,79 @@ def bench_heartbeat(
     run_heartbeat_bench(members=members, json_output=json_output)
 
 
-@bench_app.command("key-ranges")
-def bench_key_ranges(
-    records: int = typer.Option(4_000, min=100, help="Records in the one partition."),
-    keys: int = typer.Option(64, min=1, help="Distinct keys."),
-    work_ms: float = typer.Option(1.0, min=0.0, help="Handler work per record (ms)."),
-    workers: str = typer.Option("2,4,8", help="Comma-separated worker counts (= parallelism) besides 1."),
+def bench_ranges(
+    shape: str = typer.Option("parallel-consumer", help=(
+        "parallel-consumer: 10,000 records of 1,000 keys, work uniform 0-5 ms, K = 1, 2, 4, 8, 16 as threads "
+        "and as member processes (issue 11); fixed: 4,000 records of 64 keys, 1 ms each, threads only "
+        "(the first version).")),
+    records: int | None = typer.Option(None, min=100, help="Records in the one partition (default: the "
+                                                            "shape's, 10,000 or 4,000)."),
+    keys: int | None = typer.Option(None, min=1, help="Distinct keys (default: the shape's, 1,000 or 64)."),
+    work_ms: float | None = typer.Option(None, min=0.0, help="Work per record (ms): parallel-consumer, the "
+                                                             "mean of a uniform draw from 0 to twice it "
+                                                             "(default 2.5); fixed, exactly it (default 1)."),
+    workers: str | None = typer.Option(None, help="Comma-separated worker counts K besides 1 (K = 1 always "
+                                                  "runs; default: 2,4,8,16 or 2,4,8)."),
     handlers: str = typer.Option("io,cpu", help="io (waits, releasing the GIL), cpu (pure-Python work), "
                                                 "or both."),
+    deployments: str = typer.Option("threads,members", help=(
+        "parallel-consumer: threads (Consumer(workers=K)), members (K processes), or both.")),
+    cpu_records: int = typer.Option(4_000, min=100, help="parallel-consumer: records of the cpu handler."),
+    cpu_workers: str = typer.Option("2", help="parallel-consumer: K besides 1 for the cpu handler (one per "
+                                              "core is what processes can use)."),
+    seed: int = typer.Option(42, help="parallel-consumer: the seed of the records' work."),
+    whole_ms: bool = typer.Option(False, "--whole-ms", help=(
+        "parallel-consumer: whole milliseconds, the uniform draw rounded down (0-4 ms, mean 2), as "
+        "parallel-consumer's own test sleeps ((long) (Math.random() * 5)).")),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
 ) -> None:
-    """One hot partition drained by 1 member vs N workers on N key ranges (Consumer(workers=N))."""
-    from regroup.bench.key_ranges import HANDLERS, Settings, run_key_range_bench
+    """One hot partition drained by 1 member vs K members on K key ranges (threads or processes)."""
+    from regroup.bench.key_ranges import (
+        DEPLOYMENTS,
+        HANDLERS,
+        SHAPES,
+        PcSettings,
+        Settings,
+        run_key_range_bench,
+        run_parallel_consumer_bench,
+    )
 
-    try:
-        counts = tuple(int(n) for n in workers.split(",") if n.strip())
-    except ValueError:
-        raise typer.BadParameter(f"--workers wants comma-separated integers, got {workers!r}") from None
-    if any(n < 2 or n > 1024 for n in counts):
-        raise typer.BadParameter(f"--workers: each count must be 2..1024, got {workers!r}")
-    kinds = tuple(h.strip() for h in handlers.split(",") if h.strip())
-    if not kinds or any(k not in HANDLERS for k in kinds):
-        raise typer.BadParameter(f"--handlers: choose from {', '.join(HANDLERS)}, got {handlers!r}")
-    raise typer.Exit(run_key_range_bench(Settings(records, keys, work_ms, counts, kinds),
-                                         json_output=json_output))
+    def _counts(option: str, text: str) -> tuple[int, ...]:
+        try:
+            counts = tuple(int(n) for n in text.split(",") if n.strip())
+        except ValueError:
+            raise typer.BadParameter(f"{option} wants comma-separated integers, got {text!r}") from None
+        if not counts or any(n < 2 or n > 1024 for n in counts):
+            raise typer.BadParameter(f"{option}: each count must be 2..1024, got {text!r}")
+        return counts
+
+    def _choices(option: str, text: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
+        chosen = tuple(h.strip() for h in text.split(",") if h.strip())
+        if not chosen or any(c not in allowed for c in chosen):
+            raise typer.BadParameter(f"{option}: choose from {', '.join(allowed)}, got {text!r}")
+        return chosen
+
+    if shape not in SHAPES:
+        raise typer.BadParameter(f"--shape: choose from {', '.join(SHAPES)}, got {shape!r}")
+    pc = shape == "parallel-consumer"
+    counts = _counts("--workers", workers if workers is not None else "2,4,8,16" if pc else "2,4,8")
+    kinds = _choices("--handlers", handlers, HANDLERS)
+    if not pc:
+        raise typer.Exit(run_key_range_bench(Settings(records or 4_000, keys or 64, 1.0 if work_ms is None
+                                                      else work_ms, counts, kinds), json_output=json_output))
+    deps = _choices("--deployments", deployments, tuple(DEPLOYMENTS))
+    if "members" in deps and max(counts) > 64:
+        raise typer.BadParameter(f"--workers: at most 64 member processes, got {workers!r}")
+    cpu_counts = _counts("--cpu-workers", cpu_workers)
+    settings = PcSettings(records=records or 10_000, keys=keys or 1_000,
+                          mean_work_ms=2.5 if work_ms is None else work_ms, seed=seed, whole_ms=whole_ms,
+                          workers=counts, deployments=deps, handlers=kinds, cpu_records=cpu_records,
+                          cpu_workers=cpu_counts)
+    raise typer.Exit(run_parallel_consumer_bench(settings, json_output=json_output))
+
+
+bench_app.command("ranges")(bench_ranges)
+bench_app.command("key-ranges", help="The same as `regroup bench ranges` (its first name).")(bench_ranges)
 
 
 @app.command("demo")
