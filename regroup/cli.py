@@ -421,6 +421,49 @@ def chaos_fuzz(
         raise typer.Exit(1)
 
 
+@chaos_app.command("soak")
+def chaos_soak(
+    minutes: float = typer.Option(5.0, "--minutes", min=0.1, help="Minutes of faults (then a drain and the "
+                                                                  "check)."),
+    seed: int | None = typer.Option(None, "--seed", help="Seed of the fault schedule (default: drawn and "
+                                                         "printed; the same seed and options replay the same "
+                                                         "faults)."),
+    members: int = typer.Option(3, "--members", min=1, help="Consumer member processes (even ones static)."),
+    spark_members: int = typer.Option(0, "--spark-members", min=0, help="PySpark member processes (slow to "
+                                                                        "start)."),
+    partitions: int = typer.Option(6, "--partitions", min=1, help="Partitions of the soak's topic."),
+    rate: int = typer.Option(200, "--rate", min=1, help="Records produced per second."),
+    faults: str | None = typer.Option(None, "--faults", help=(
+        "Comma-separated fault kinds to draw from (default all): member-kill, member-pause, connection-cut, "
+        "coordinator-kill, coordinator-pause, disk-full, store-corrupt.")),
+    directory: str | None = typer.Option(None, "--dir", help="Where to run (default: a temporary "
+                                                             "directory)."),
+    keep: bool = typer.Option(False, "--keep", help="Keep the files (logs, outputs, damaged store files)."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+) -> None:
+    """A coordinator, consumer and PySpark members on a steady keyed load, with seeded random faults; then
+    every record is checked: lost = 0, each duplicate explained. Exit status 1 on a failure."""
+    import random
+
+    from regroup.chaos.soak import Settings, dumps, print_report, run_soak
+    from regroup.chaos.soak_schedule import parse_kinds
+
+    try:
+        kinds = parse_kinds(faults)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from e
+    settings = Settings(minutes=minutes, seed=random.randrange(2**31) if seed is None else seed,
+                        members=members, spark_members=spark_members, partitions=partitions, rate=rate,
+                        kinds=kinds)
+    report = run_soak(settings, directory=directory, keep=keep)
+    if json_output:
+        print(dumps(report))
+    else:
+        print_report(report)
+    if not report["ok"]:
+        raise typer.Exit(1)
+
+
 def main() -> None:
     app()
 
