@@ -8,6 +8,10 @@ command that replays it; replaying prints the event log, event for event.
 ``key_ranges`` (``--key-ranges``) runs the key-range plan of the seed (faults.py: the same faults plus
 parallelism changes of the live group): records carry keys (keyranges.py), members process key
 ranges, and `KeyRangeChecker` checks the processing rules key by key (key_invariants.py).
+
+``splits`` (``--splits``, a key-range run too) runs the split plan of the seed: the same again plus
+producer-side splits and merges of partitions; the log is a `pieces.PieceLog` (records in pieces,
+keys per piece) and members read in lanes (lanes.py).
 """
 
 from __future__ import annotations
@@ -81,30 +85,44 @@ class CheckResult:
 
 
 def replay_command(seed: int, duration_s: int, events: int, stale_requests: bool = False,
-                   key_ranges: bool = False) -> str:
-    options = (" --stale-requests" if stale_requests else "") + (" --key-ranges" if key_ranges else "")
+                   key_ranges: bool = False, splits: bool = False) -> str:
+    options = (" --stale-requests" if stale_requests else "") + (
+        " --splits" if splits else " --key-ranges" if key_ranges else "")
     return f"regroup sim check --seed {seed} --duration {duration_s} --events {events}{options}"
 
 
 def run_seed(seed: int, duration_s: int = DEFAULT_DURATION_S, events: int = DEFAULT_EVENTS,
-             record: bool = False, stale_requests: bool = False, key_ranges: bool = False) -> CheckResult:
+             record: bool = False, stale_requests: bool = False, key_ranges: bool = False,
+             splits: bool = False) -> CheckResult:
     """Run one seed's fault plan and check every invariant; ``record`` keeps the event log;
-    ``key_ranges`` runs its key-range plan (parallelism changes) with the key-level checks."""
+    ``key_ranges`` runs its key-range plan (parallelism changes) with the key-level checks;
+    ``splits`` its split plan (producer-side splits and merges too, members reading in lanes)."""
     started = time.perf_counter()
-    plan = make_plan(seed, duration_s * 1000, events, stale_requests, key_ranges)
+    key_ranges = key_ranges or splits
+    plan = make_plan(seed, duration_s * 1000, events, stale_requests, key_ranges, splits)
     rng = random.Random(seed)
     engine = Engine(record=record)
-    log = ProducedLog()
+    keys: RecordKeys | None = None
+    make_processor = None
+    if splits:
+        from regroup.sim.lanes import lane_processor  # loads the log's layout: split runs only
+        from regroup.sim.pieces import PieceKeys, PieceLog
+
+        keys = PieceKeys(seed)
+        log: ProducedLog = PieceLog(keys)
+        make_processor = lane_processor
+    else:
+        keys = RecordKeys(seed) if key_ranges else None
+        log = ProducedLog()
     for topic, partitions in plan.topics:
         log.create(topic, partitions, 0)
     network = Network(engine, rng, plan.network, faults_until=plan.quiet_at_ms)
-    keys = RecordKeys(seed) if key_ranges else None
     checker = InvariantChecker() if keys is None else KeyRangeChecker(keys)
     settings = MemberSettings(topics=plan.subscribed)
     config = CoordinatorConfig()
     poll = PollModel()
     system = Kip848System(engine, rng, network, log, nudges=plan.nudges, settings=settings, config=config,
-                          poll=poll, checker=checker, keys=keys)
+                          poll=poll, checker=checker, keys=keys, make_processor=make_processor)
     for line in plan.describe():
         engine.trace("plan: " + line)
     for topic, parallelism in plan.parallelism:  # set by an operator before anyone joins
@@ -161,11 +179,22 @@ def run_seed(seed: int, duration_s: int = DEFAULT_DURATION_S, events: int = DEFA
     if isinstance(checker, KeyRangeChecker):
         stats["parallelism_changes"] = system.parallelism_changes
         stats["records_processed"] = checker.records_processed
+    if splits:
+        stats.update(_split_stats(system))
     return CheckResult(seed, list(checker.violations), engine.events, engine.digest(),
                        engine.now, time.perf_counter() - started,
                        None if settle_at is None else settle_at - quiet,
-                       replay_command(seed, duration_s, events, stale_requests, key_ranges), stats,
+                       replay_command(seed, duration_s, events, stale_requests, key_ranges, splits), stats,
                        engine.log, plan.describe())
+
+
+def _split_stats(system: Kip848System) -> dict[str, int]:
+    from regroup.sim.pieces import PieceLog
+
+    log = system.log
+    assert isinstance(log, PieceLog)
+    refused = sum(n for m in system.members.values() for n in m.refused.values())
+    return {"splits": log.splits, "merges": log.merges, "lanes_cut": log.cuts, "commits_refused": refused}
 
 
 def _check_all_processed(system: Kip848System, checker: InvariantChecker, poll: PollModel) -> None:
@@ -174,8 +203,9 @@ def _check_all_processed(system: Kip848System, checker: InvariantChecker, poll: 
         if m.processor is not None:
             m.processor.report_all(now)
     lag = 2 * poll.period_max_ms + 1_000
-    ends = {s: system.log.end_offset(s, now - lag) for s in system.log.shards(system.settings.topics)}
-    checker.all_processed(now, ends)
+    topics = system.settings.topics
+    # By partition, or, split on the producer side, by open piece (every key's end is its piece's).
+    checker.all_processed(now, system.log.piece_ends(topics, now - lag))
 
 
 @dataclass
@@ -198,7 +228,7 @@ class SweepSummary:
 
 def sweep(seeds: int, start_seed: int = 0, duration_s: int = DEFAULT_DURATION_S,
           events: int = DEFAULT_EVENTS, stale_requests: bool = False,
-          key_ranges: bool = False) -> SweepSummary:
+          key_ranges: bool = False, splits: bool = False) -> SweepSummary:
     started = time.perf_counter()
     failed: list[CheckResult] = []
     total_events = 0
@@ -206,7 +236,8 @@ def sweep(seeds: int, start_seed: int = 0, duration_s: int = DEFAULT_DURATION_S,
     virtual = 0
     totals: dict[str, int] = {}
     for seed in range(start_seed, start_seed + seeds):
-        r = run_seed(seed, duration_s, events, stale_requests=stale_requests, key_ranges=key_ranges)
+        r = run_seed(seed, duration_s, events, stale_requests=stale_requests, key_ranges=key_ranges,
+                     splits=splits)
         total_events += r.events
         virtual += r.virtual_ms
         for name, value in r.stats.items():

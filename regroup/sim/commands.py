@@ -27,6 +27,9 @@ def check(
     key_ranges: bool = typer.Option(False, "--key-ranges",
                                     help="Key ranges: records carry keys, and the live group's parallelism "
                                          "changes under the faults (splits and merges), checked key by key."),
+    splits: bool = typer.Option(False, "--splits",
+                                help="Key ranges, and producer-side splits and merges of partitions under "
+                                     "the faults too: records go to pieces, members read in lanes."),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Run fault plans against the real protocol core and check the invariants at every event."""
@@ -35,7 +38,7 @@ def check(
     console = Console()
     if seed is not None:
         r = run_seed(seed, duration, events, record=True, stale_requests=stale_requests,
-                     key_ranges=key_ranges)
+                     key_ranges=key_ranges, splits=splits)
         if json_output:
             print(json.dumps({**r.as_dict(), "plan": r.plan, "log": r.log}))
         else:
@@ -46,7 +49,8 @@ def check(
             for v in r.violations:
                 console.print(f"  [red]{v}[/red]")
         raise typer.Exit(0 if r.ok else 1)
-    summary = sweep(seeds, start_seed, duration, events, stale_requests, key_ranges)
+    key_ranges = key_ranges or splits
+    summary = sweep(seeds, start_seed, duration, events, stale_requests, key_ranges, splits)
     if json_output:
         print(json.dumps(summary.as_dict()))
     else:
@@ -58,6 +62,10 @@ def check(
         ranged = (f"{totals.get('parallelism_changes', 0)} parallelism changes, "
                   f"{totals.get('records_processed', 0)} records processed "
                   f"({totals.get('duplicates', 0)} again, after unclean hand-offs); " if key_ranges else "")
+        if splits:
+            ranged += (f"{totals.get('splits', 0)} splits and {totals.get('merges', 0)} merges of "
+                       f"partitions, {totals.get('lanes_cut', 0)} lanes cut, "
+                       f"{totals.get('commits_refused', 0)} commits refused; ")
         console.print(f"{summary.seeds} seeds ({start_seed}..{start_seed + seeds - 1}), "
                       f"{summary.events} events, {summary.virtual_s:.0f} s simulated in "
                       f"{summary.wall_s:.1f} s; {ranged}slowest settle {summary.max_settle_ms / 1000:.1f} s "

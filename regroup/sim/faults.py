@@ -15,6 +15,12 @@ same group, network and faults, drawn first from the same stream — plus an ini
 ``orders`` and 2 or more *parallelism changes* in the churn window (`PARALLELISMS`; each a real
 change of its topic's value, so splits, merges and non-nested re-cuts such as 2 -> 3). Drawing them
 after everything else keeps the plans of the plain sweep, and so its regression seeds, unchanged.
+
+A *split* plan (``splits=True``, ``regroup sim check --splits``; a key-range plan too) adds, drawn
+after everything else again, 2 or more producer-side layout changes of ``orders``'s partitions
+(regroup/sim/pieces.py): a *split* of an open piece into 2-4 pieces (half of them in a partition
+split already, so pieces nest) and a *merge* of two adjacent open pieces or of every open piece of a
+partition split before (a merge with nothing to merge becomes a split). The first is a split.
 """
 
 from __future__ import annotations
@@ -43,6 +49,10 @@ class PlannedEvent:
     value: int = 0
     static: bool = False
     topic: str = ""
+    #: Split and merge: the partition, and which open piece (in key order) is split or merged with
+    #: the next; a merge's ``value`` is 0 for every open piece, 2 for a pair; a split's is ``into``.
+    partition: int = 0
+    piece: int = 0
 
     def __str__(self) -> str:
         detail = {
@@ -55,6 +65,9 @@ class PlannedEvent:
             "grow": f"{self.topic} to {self.value} partitions",
             "create": f"{self.topic} with {self.value} partitions",
             "parallelism": f"{self.topic} to {self.value} key range(s) per partition",
+            "split": f"{self.topic}-{self.partition}: open piece {self.piece} into {self.value}",
+            "merge": f"{self.topic}-{self.partition}: " + (
+                "every open piece" if self.value == 0 else f"open pieces {self.piece} and {self.piece + 1}"),
         }[self.kind]
         return f"t={self.at_ms:>7} {self.kind:<11} {detail}"
 
@@ -73,6 +86,8 @@ class FaultPlan:
     #: A key-range plan: the group's parallelism per topic before anyone joins (empty: whole partitions).
     parallelism: tuple[tuple[str, int], ...] = ()
     key_ranges: bool = False
+    #: A split plan: producer-side splits and merges of partitions among the events.
+    splits: bool = False
 
     def describe(self) -> list[str]:
         n = self.network
@@ -88,19 +103,21 @@ class FaultPlan:
         ]
         if self.key_ranges:
             lines.append("key ranges: " + ", ".join(f"{t} in {n}" for t, n in self.parallelism)
-                         + " at the start")
+                         + " at the start" + ("; producer-side splits and merges" if self.splits else ""))
         lines += [str(e) for e in self.events]
         lines.append(f"t={self.quiet_at_ms:>7} quiet: faults stop")
         return lines
 
 
 def make_plan(seed: int, duration_ms: int, events: int, stale_requests: bool = False,
-              key_ranges: bool = False) -> FaultPlan:
+              key_ranges: bool = False, splits: bool = False) -> FaultPlan:
     """The plan of ``seed``: a churn window of ``duration_ms`` with ``events`` faults.
 
     ``stale_requests`` lets hold-ups delay requests too, past their sender's timeout. ``key_ranges``
-    adds an initial parallelism and parallelism changes (drawn last: the rest is the plain plan).
+    adds an initial parallelism and parallelism changes (drawn last: the rest is the plain plan);
+    ``splits`` (a key-range plan too) adds producer-side splits and merges, drawn after those.
     """
+    key_ranges = key_ranges or splits
     rng = random.Random(f"plan-{seed}")
     slots = [f"m{i}" for i in range(rng.randint(2, 6))]
     members = tuple((s, rng.random() < 0.5) for s in slots)
@@ -149,6 +166,7 @@ def make_plan(seed: int, duration_ms: int, events: int, stale_requests: bool = F
         start, changes = _parallelism_changes(rng, quiet, events)
         parallelism = (("orders", start),)
         planned.extend(changes)
+    layout = _layout_draws(rng, quiet, events) if splits else []
     planned.sort(key=lambda e: e.at_ms)
     # Growth was drawn as partitions added; in time order it becomes the new partition count.
     partitions = orders
@@ -156,8 +174,60 @@ def make_plan(seed: int, duration_ms: int, events: int, stale_requests: bool = F
         if e.kind == "grow":
             partitions += e.value
             planned[i] = PlannedEvent(e.at_ms, "grow", topic="orders", value=partitions)
+    if layout:
+        planned = _layout_changes(planned, layout, orders)
     return FaultPlan(seed, members, (("orders", orders),), ("orders", "payments"), net, tuple(planned), quiet,
-                     nudges, parallelism, key_ranges)
+                     nudges, parallelism, key_ranges, splits)
+
+
+@dataclass(frozen=True, slots=True)
+class _LayoutDraw:
+    at_ms: int
+    merge: bool
+    into: int
+    every: bool
+    nested: bool
+    partition: int
+    piece: int
+
+
+def _layout_draws(rng: random.Random, quiet: int, events: int) -> list[_LayoutDraw]:
+    """The raw draws of a split plan's layout changes: 2 or more (about one per 3 faults)."""
+    count = rng.randint(2, max(2, events // 3 + 1))
+    times = sorted(rng.randint(CHURN_START_MS, quiet - 1) for _ in range(count))
+    return [_LayoutDraw(at, i > 0 and rng.random() < 0.45, rng.randint(2, 4), rng.random() < 0.3,
+                        rng.random() < 0.5, rng.randrange(1 << 30), rng.randrange(1 << 30))
+            for i, at in enumerate(times)]
+
+
+def _layout_changes(planned: list[PlannedEvent], draws: list[_LayoutDraw], orders: int) -> list[PlannedEvent]:
+    """The layout changes placed among the other events (after those at the same time), each resolved
+    against the partitions and open pieces ``orders`` will have then."""
+    out = sorted([*planned, *(PlannedEvent(d.at_ms, "layout", value=i) for i, d in enumerate(draws))],
+                 key=lambda e: e.at_ms)
+    partitions = orders
+    pieces: dict[int, int] = {}  # open pieces per split partition
+    for i, e in enumerate(out):
+        if e.kind == "grow":
+            partitions = e.value
+        if e.kind != "layout":
+            continue
+        d = draws[e.value]
+        split = sorted(p for p, n in pieces.items() if n > 1)
+        if d.merge and split:
+            p = split[d.partition % len(split)]
+            n = pieces[p]
+            piece = 0 if d.every else d.piece % (n - 1)
+            pieces[p] = 1 if d.every else n - 1
+            out[i] = PlannedEvent(e.at_ms, "merge", topic="orders", value=0 if d.every else 2, partition=p,
+                                  piece=piece)
+        else:
+            p = split[d.partition % len(split)] if d.nested and split else d.partition % partitions
+            n = pieces.get(p, 1)
+            pieces[p] = n + d.into - 1
+            out[i] = PlannedEvent(e.at_ms, "split", topic="orders", value=d.into, partition=p,
+                                  piece=d.piece % n)
+    return out
 
 
 def _parallelism_changes(rng: random.Random, quiet: int, events: int) -> tuple[int, list[PlannedEvent]]:
@@ -190,6 +260,8 @@ def apply_event(system: Kip848System, event: PlannedEvent) -> None:
         "grow": lambda: system.grow_topic(event.topic, event.value),
         "create": lambda: system.grow_topic(event.topic, event.value),
         "parallelism": lambda: system.set_parallelism(event.topic, event.value),
+        "split": lambda: _layout(system, event),
+        "merge": lambda: _layout(system, event),
     }
     actions[event.kind]()
 
@@ -201,3 +273,9 @@ def _crash(system: Kip848System, event: PlannedEvent) -> None:
     system.crash(event.slot)
     if event.value >= 0:
         system.engine.after(event.value, f"{event.slot}: restart", lambda: system.restart(event.slot))
+
+
+def _layout(system: Kip848System, event: PlannedEvent) -> None:
+    from regroup.sim.lanes import change_layout  # the log's layout module: only split runs load it
+
+    change_layout(system, event.kind, event.topic, event.partition, event.piece, event.value)

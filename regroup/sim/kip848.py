@@ -12,6 +12,7 @@ operator would, while the group runs.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 from regroup.protocol.causes import Fence
 from regroup.protocol.config import CoordinatorConfig
@@ -29,7 +30,7 @@ from regroup.sim.metrics import Recorder
 from regroup.sim.network import Network
 from regroup.sim.observers import Fanout, NullObserver, ShardObserver
 from regroup.sim.system import PollModel
-from regroup.sim.workload import ProducedLog
+from regroup.sim.workload import Cadence, Processor, ProducedLog
 
 
 class Kip848System:
@@ -39,7 +40,8 @@ class Kip848System:
                  nudges: bool, settings: MemberSettings | None = None,
                  config: CoordinatorConfig | None = None, poll: PollModel | None = None,
                  checker: InvariantChecker | None = None, recorder: Recorder | None = None,
-                 keys: RecordKeys | None = None) -> None:
+                 keys: RecordKeys | None = None,
+                 make_processor: Callable[[str, Cadence, MemberWorld], Processor] | None = None) -> None:
         self.engine = engine
         self.rng = rng
         self.network = network
@@ -57,7 +59,7 @@ class Kip848System:
         self.members: dict[str, SimMember] = {}
         self._by_member_id: dict[str, SimMember] = {}
         self._world = MemberWorld(engine, network, self.coordinator, log, observer, checker, self.settings,
-                                  self._register, keys)
+                                  self._register, keys, make_processor)
         #: Parallelism changes the coordinator accepted.
         self.parallelism_changes = 0
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from regroup.protocol.driver import OffsetReset, commit_before_release, resumes
+from regroup.protocol.driver import OffsetReset, resumes
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.member import (
     Action,
@@ -92,6 +92,9 @@ class MemberWorld:
     register: Callable[[str, SimMember], None]
     #: The records' keys in a key-range run (None: whole partitions only).
     keys: RecordKeys | None = None
+    #: Makes a process's `Processor` (None: the plain one); a run with producer-side splits reads
+    #: in lanes (regroup/sim/lanes.py).
+    make_processor: Callable[[str, Cadence, MemberWorld], Processor] | None = None
 
 
 class SimMember:
@@ -116,6 +119,8 @@ class SimMember:
         #: When a shut-down process starts again (counted from the shutdown request).
         self._restart_at: int | None = None
         self.heartbeats = 0
+        #: Commits refused (not for a stale epoch), by error code.
+        self.refused: dict[str, int] = {}
 
     # ---------------------------------------------------------------- lifecycle
     def start(self) -> None:
@@ -131,7 +136,9 @@ class SimMember:
             rebalance_timeout_ms=s.rebalance_timeout_ms, subscribed_topics=s.topics,
             session_timeout_ms=s.session_timeout_ms, heartbeat_interval_ms=s.heartbeat_interval_ms,
             retry_backoff_ms=s.retry_backoff_ms, retry_backoff_max_ms=s.retry_backoff_max_ms)
-        self.processor = Processor(self.owner, self.w.log, self.cadence, self.w.observer, self.w.keys)
+        make = self.w.make_processor
+        self.processor = (Processor(self.owner, self.w.log, self.cadence, self.w.observer, self.w.keys)
+                          if make is None else make(self.owner, self.cadence, self.w))
         self.alive, self.leaving, self.op, self._epoch, self._committing = True, False, None, 0, False
         self._restart_at = None
         self._wake_at = None
@@ -335,9 +342,8 @@ class SimMember:
         assert self.processor is not None
         now = self.w.engine.now
         if isinstance(a, Revoke):
-            positions = {s: self.processor.stop(s, now) for s in sorted(a.shards)}
             # The simulated consumer keeps no record of its commits: it commits every position.
-            offsets = commit_before_release(positions, {}, a.shards)
+            offsets = self.processor.revoke_offsets(a.shards, now)
             self._commit(inc, offsets, lambda ok: self._revoked(inc, a, ok))
         else:
             for s in sorted(a.shards):
@@ -424,6 +430,7 @@ class SimMember:
             elif ack.error is ErrorCode.STALE_MEMBER_EPOCH:
                 retry()
             else:
+                self.refused[ack.error.value] = self.refused.get(ack.error.value, 0) + 1
                 finish(False)
 
         def retry() -> None:

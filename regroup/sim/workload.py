@@ -18,9 +18,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from enum import Enum
 
+from regroup.protocol.driver import commit_before_release
 from regroup.protocol.keyrange import Resume
 from regroup.protocol.shard import Shard, ShardSet
 from regroup.protocol.topics import TopicMetadata
@@ -61,6 +63,10 @@ class ProducedLog:
 
     def created_at(self, shard: Shard) -> int | None:
         return self._created.get(shard)
+
+    def piece_ends(self, topics: tuple[str, ...], t: int) -> dict[Shard, int]:
+        """Each partition's end at ``t``, or, split on the producer side, each open piece's."""
+        return {s: self.end_offset(s, t) for s in self.shards(topics)}
 
     def end_offset(self, shard: Shard, t: int) -> int:
         """The partition's end offset at ``t`` (a key range's shard: its partition's)."""
@@ -224,6 +230,11 @@ class Processor:
         for s in dropped:
             self.release(s, t, clean=False)
         return dropped
+
+    def revoke_offsets(self, shards: Collection[Shard], t: int) -> dict[Shard, int]:
+        """A revocation: stop ``shards`` and return what to commit before releasing them."""
+        positions = {s: self.stop(s, t) for s in sorted(shards)}
+        return commit_before_release(positions, {}, shards)
 
     def commit_positions(self, t: int) -> dict[Shard, int]:
         """Positions of the active shards (for a periodic commit), reporting what was processed."""

@@ -34,6 +34,13 @@ def test_a_key_range_sweep_with_stale_requests() -> None:
 
 
 @pytest.mark.slow
+def test_a_longer_split_sweep_with_more_churn() -> None:
+    summary = sweep(20, start_seed=20_000, duration_s=240, events=30, splits=True)
+    assert not summary.failed, [(r.seed, [str(v) for v in r.violations], r.replay) for r in summary.failed]
+    assert summary.totals["merges"] > 0 and summary.totals["lanes_cut"] > 0
+
+
+@pytest.mark.slow
 def test_scale_out_in_a_group_of_a_thousand() -> None:
     sc = next(s for s in scenarios() if s.name == "scale-out-1000")
     eager = run(sc, ProtocolKind.CLASSIC_EAGER).metrics
