@@ -88,36 +88,46 @@ def commit_records(group: Group | None, req: OffsetCommitRequest) -> list[Record
     committed = group.offsets
     ranged = False
     for shard, offset in req.offsets.items():
-        if (shard not in current.assigned and shard not in current.pending_revocation
-                and not _inside_owned(shard, current.assigned, current.pending_revocation)):
-            raise ProtocolError(
-                ErrorCode.NOT_OWNED,
-                f"member {req.member_id!r} commits {shard}, which it does not own at epoch "
-                f"{current.epoch}; only the owner of a shard may commit its offset")
+        owner = shard
+        if shard not in current.assigned and shard not in current.pending_revocation:
+            container = _owned_container(shard, current.assigned, current.pending_revocation)
+            if container is None:
+                raise ProtocolError(
+                    ErrorCode.NOT_OWNED,
+                    f"member {req.member_id!r} commits {shard}, which it does not own at epoch "
+                    f"{current.epoch}; only the owner of a shard may commit its offset")
+            owner = container
         if shard.whole and (shard.topic, shard.partition) not in group.offset_ranges:
             check_forward(committed, shard, offset)
         else:
             ranged = True
-            _check_range_forward(group, shard, offset)
+            _check_range_forward(group, owner, shard, offset)
     if not ranged:
         return [OffsetRecord(gid, s, o, req.metadata, req.member_epoch)
                 for s, o in sorted(req.offsets.items())]
     return _fragment_records(group, req)
 
 
-def _inside_owned(shard: Shard, *owned: Iterable[Shard]) -> bool:
-    """Whether ``shard`` is a key range inside a shard the member owns. A member may commit parts of
-    what it owns separately: a consumer reading a partition split on the producer side keeps one
-    position per piece of the log (`regroup.log.embedded.layout`), and commits each (keyrange rule
-    3 keeps the parts as fragments of their own)."""
-    return any(o.partition == shard.partition and o.topic == shard.topic and o.lo <= shard.lo
-               and shard.hi <= o.hi for shards in owned for o in shards)
+def _owned_container(shard: Shard, *owned: Iterable[Shard]) -> Shard | None:
+    """The shard the member owns that ``shard``, a key range, lies inside (None: none). A member may
+    commit parts of what it owns separately: a consumer reading a partition split on the producer
+    side keeps one position per piece of the log (`regroup.log.embedded.layout`), and commits each
+    (keyrange rule 3 keeps the parts as fragments of their own)."""
+    for shards in owned:
+        for o in shards:
+            if o.partition == shard.partition and o.topic == shard.topic and o.lo <= shard.lo \
+                    and shard.hi <= o.hi:
+                return o
+    return None
 
 
-def _check_range_forward(group: Group, shard: Shard, offset: int) -> None:
-    """A key range's commit is behind when it is below every fragment it overlaps: its owner began at
-    the lowest of them (keyrange rule 4), so it cannot have stopped before that."""
-    hit = group.offsets_overlapping(shard)
+def _check_range_forward(group: Group, owned: Shard, shard: Shard, offset: int) -> None:
+    """A key range's commit is behind when it is below every fragment of the shard it is part of
+    (``owned``; itself, unless it is a part of an owned shard): the owner began that shard at the
+    lowest of them (keyrange rule 4), so it cannot have stopped before that. A part of a shard may
+    well be below its own fragments — it began where the whole shard did, and skips what a former
+    owner did — and committing it there lowers nothing (rule 3)."""
+    hit = group.offsets_overlapping(owned)
     if hit and offset < min(c.offset for c in hit.values()):
         raise ProtocolError(
             ErrorCode.OFFSET_OUT_OF_ORDER,

@@ -323,3 +323,20 @@ def test_a_member_may_commit_parts_of_a_shard_it_owns() -> None:
     assert commit(h, owner[lo], ms.epoch[owner[lo]], {Shard("t", 0, 0, 1 << 30): 200}) is ErrorCode.NONE
     restored = Coordinator.recover(h.log, h.now, topics=TopicMetadata({"t": 1}))
     assert restored.groups["g"] == h.group()
+
+
+def test_a_part_of_a_shard_may_commit_below_its_own_fragments() -> None:
+    """KI-3 of docs/simulation.md: a shard taken over begins at its lowest fragment and skips what a
+    former owner did; read as lanes (a partition split on the producer side), a lane whose own
+    fragments are all higher commits where it is — accepted, lowering nothing."""
+    h = Harness(topics={"t": 1})
+    ms = Members(h, ["a"])
+    ms.settle()
+    half = 1 << 31
+    low, high = Shard("t", 0, 0, half), Shard("t", 0, half, 1 << 32)
+    assert commit(h, "a", ms.epoch["a"], {low: 100, high: 200}) is ErrorCode.NONE  # a former owner's lanes
+    # the whole partition's owner began at 100 (skipping the upper half below 200); its lanes commit
+    assert commit(h, "a", ms.epoch["a"], {low: 150, high: 100}) is ErrorCode.NONE
+    assert {s: c.offset for s, c in h.group().offsets.items()} == {low: 150, high: 200}
+    # still refused: a part below every fragment of the whole shard it belongs to
+    assert commit(h, "a", ms.epoch["a"], {low: 90}) is ErrorCode.OFFSET_OUT_OF_ORDER
