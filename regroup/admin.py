@@ -720,6 +720,12 @@ def coordinator(
     heartbeat_interval_ms: int = typer.Option(5_000, help="How often members heartbeat."),
     failover_grace_ms: int = typer.Option(2_000, min=0, help="Fence a dynamic member this long after its "
                                           "connection broke unless it comes back (0: off)."),
+    offsets_retention_ms: int = typer.Option(
+        7 * 24 * 60 * 60 * 1000, "--offsets-retention-ms",
+        help="An empty group's committed offsets expire this long after it became empty, and the group is "
+             "deleted (default: 7 days, as Kafka's offsets.retention.minutes)."),
+    max_groups: int = typer.Option(100_000, "--max-groups", help="Groups of both kinds; a request that would "
+                                   "create one more is refused."),
     http: str | None = typer.Option(None, "--http", metavar="HOST:PORT",
                                     help="Serve the dashboard and its JSON API here (port 0: any)."),
     standby_replicas: int = typer.Option(0, help="Streams groups: caught-up standby copies of every task, "
@@ -756,7 +762,8 @@ def coordinator(
         data_dir=data_dir, listen=listen, log_spec=log or os.environ.get("REGROUP_LOG"),
         token=token_option(token, tokens_file), tokens_file=tokens_file, tls_cert=tls_cert, tls_key=tls_key,
         metrics_port=metrics_port, session_timeout_ms=session_timeout_ms,
-        heartbeat_interval_ms=heartbeat_interval_ms, failover_grace_ms=failover_grace_ms, http=http,
+        heartbeat_interval_ms=heartbeat_interval_ms, failover_grace_ms=failover_grace_ms,
+        offsets_retention_ms=offsets_retention_ms, max_groups=max_groups, http=http,
         streams=streams, migrate_from=migrate_from, migrate_groups=tuple(migrate_group),
         migrate_poll_s=migrate_poll_s, end_migrations=tuple(end_migration)))
     raise typer.Exit(code)

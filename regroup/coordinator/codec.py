@@ -5,7 +5,8 @@ with sorted keys and partitions, so equal records always encode to equal bytes; 
 partition is the entry ``[partition, lo, hi]`` in that list, and a committed offset of a key range
 has a tag of its own (``K``), so data written before key ranges existed reads exactly as before. A
 migration's external hold (``H``, `regroup.protocol.external`) is ``[holder, known, shards]``, or null
-once the migration ended.
+once the migration ended. An offsets-retention mark (``R``, `regroup.protocol.retention`) is
+``[since_ms, epoch]`` after the group id: since_ms null is the mark's tombstone.
 The tags and field orders are a storage format: change them only together with a new ``FORMAT``
 and a migration.
 
@@ -32,6 +33,7 @@ from regroup.protocol.outcome import AnyRecord
 from regroup.protocol.records import (
     CurrentAssignment,
     CurrentAssignmentRecord,
+    EmptySinceRecord,
     ExternalHold,
     ExternalHoldRecord,
     GroupEpochRecord,
@@ -102,6 +104,17 @@ def _unhold(v: list[Any] | None) -> ExternalHold | None:
     return ExternalHold(holder, _unshards(shards), known)
 
 
+def _unmark(v: list[Any]) -> EmptySinceRecord:
+    _, gid, since, epoch = v
+    if not isinstance(gid, str) or not (since is None or _is_int(since)) or not _is_int(epoch):
+        raise ValueError(f"a retention mark is [group id, since_ms or null, epoch], got {v[1:]!r}")
+    return EmptySinceRecord(gid, since, epoch)
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def _to_list(r: AnyRecord) -> list[Any]:
     if isinstance(r, GroupEpochRecord):
         return ["E", r.group_id, r.epoch]
@@ -127,6 +140,8 @@ def _to_list(r: AnyRecord) -> list[Any]:
     if isinstance(r, ExternalHoldRecord):
         h = r.hold
         return ["H", r.group_id, None if h is None else [h.holder, h.known, _shards(h.shards)]]
+    if isinstance(r, EmptySinceRecord):
+        return ["R", r.group_id, r.since_ms, r.epoch]
     return streams_codec.to_list(r)  # a streams record, or TypeError
 
 
@@ -144,6 +159,7 @@ _CONSUMER_DECODERS: dict[str, tuple[str, int, Callable[[list[Any]], Record]]] = 
     "K": ("OffsetRecord", 9, lambda v: OffsetRecord(v[1], Shard(v[2], v[3], v[4], v[5]), v[6], v[7], v[8])),
     "P": ("ParallelismRecord", 4, lambda v: ParallelismRecord(v[1], v[2], v[3])),
     "H": ("ExternalHoldRecord", 3, lambda v: ExternalHoldRecord(v[1], _unhold(v[2]))),
+    "R": ("EmptySinceRecord", 4, _unmark),
 }
 
 

@@ -56,10 +56,11 @@ from regroup.coordinator.watch import Watchers
 from regroup.log import open_kafka_groups
 from regroup.log.errors import LogError
 from regroup.log.kafka_groups import KafkaGroups
-from regroup.protocol.config import CoordinatorConfig
+from regroup.protocol.config import DEFAULT_OFFSETS_RETENTION_MS, CoordinatorConfig
 from regroup.protocol.coordinator import Coordinator
 from regroup.protocol.describe import GroupDescription
 from regroup.protocol.errors import ProtocolError
+from regroup.protocol.retention import duration
 from regroup.protocol.streams.coordinator import StreamsConfig
 
 log = logging.getLogger("regroup.coordinator")
@@ -99,6 +100,11 @@ class ServerConfig:
     #: A dynamic member whose connection broke is fenced this long after, unless it comes back
     #: (`regroup.protocol.failover`); 0: off, members wait for the session timeout.
     failover_grace_ms: int = 2_000
+    #: An empty group's committed offsets expire this long after it became empty, and the group is
+    #: deleted (`regroup.protocol.retention`; Kafka's offsets.retention.minutes, 7 days).
+    offsets_retention_ms: int = DEFAULT_OFFSETS_RETENTION_MS
+    #: Groups of both kinds; a request that would create one more is refused.
+    max_groups: int = CoordinatorConfig().max_groups
     snapshot_every: int = 50_000
     topic_refresh_s: float = 5.0
     history_limit: int = 100
@@ -128,6 +134,7 @@ class ServerConfig:
             tls_cert=args.tls_cert,
             tls_key=args.tls_key, metrics_port=args.metrics_port, session_timeout_ms=args.session_timeout_ms,
             heartbeat_interval_ms=args.heartbeat_interval_ms, failover_grace_ms=args.failover_grace_ms,
+            offsets_retention_ms=args.offsets_retention_ms, max_groups=args.max_groups,
             snapshot_every=args.snapshot_every,
             topic_refresh_s=args.topic_refresh_s, history_limit=args.history_limit,
             max_message_bytes=args.max_message_bytes, max_pending_requests=args.max_pending_requests,
@@ -184,9 +191,16 @@ async def serve(
     """Serve until ``stop`` is set or SIGTERM/SIGINT arrives; returns the process exit status."""
     if (cfg.tls_cert is None) != (cfg.tls_key is None):
         raise ValueError("TLS needs both --tls-cert and --tls-key")
+    if cfg.offsets_retention_ms <= 0:
+        raise ValueError(f"--offsets-retention-ms must be a positive number of milliseconds (how long an "
+                         f"empty group's committed offsets are kept; default {DEFAULT_OFFSETS_RETENTION_MS}, "
+                         f"7 days), got {cfg.offsets_retention_ms}")
+    if cfg.max_groups < 1:
+        raise ValueError(f"--max-groups must be at least 1, got {cfg.max_groups}")
     config = CoordinatorConfig(session_timeout_ms=cfg.session_timeout_ms,
                                heartbeat_interval_ms=cfg.heartbeat_interval_ms,
-                               failover_grace_ms=cfg.failover_grace_ms)
+                               failover_grace_ms=cfg.failover_grace_ms,
+                               offsets_retention_ms=cfg.offsets_retention_ms, max_groups=cfg.max_groups)
     listen, data_dir = cfg.listen, cfg.data_dir
     tokens = _tokens(cfg)
     loop = asyncio.get_running_loop()
@@ -207,9 +221,10 @@ async def serve(
     kafka_groups = open_kafka_groups(cfg.migrate_from) if migrations and cfg.migrate_from else None
     http_at = parse_http(cfg.http) if cfg.http is not None else None
     log.info("starting: data dir %s, listen %s, topic metadata from %s, session timeout %d ms, "
-             "heartbeat interval %d ms, failover grace %s", data_dir, listen, redact_spec(cfg.log_spec),
-             cfg.session_timeout_ms, cfg.heartbeat_interval_ms,
-             f"{cfg.failover_grace_ms} ms" if cfg.failover_grace_ms > 0 else "off")
+             "heartbeat interval %d ms, failover grace %s, offsets retention %s, at most %d groups", data_dir,
+             listen, redact_spec(cfg.log_spec), cfg.session_timeout_ms, cfg.heartbeat_interval_ms,
+             f"{cfg.failover_grace_ms} ms" if cfg.failover_grace_ms > 0 else "off",
+             duration(cfg.offsets_retention_ms), cfg.max_groups)
     source = open_topic_source(cfg.log_spec)
     poller: MigrationPoller | None = None
     poll_task: asyncio.Task[None] | None = None
@@ -420,6 +435,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--failover-grace-ms", type=int, default=2_000,
                    help="fence a dynamic member this long after its connection broke unless it comes back "
                         "(default 2000; 0: off, wait for the session timeout)")
+    p.add_argument("--offsets-retention-ms", type=int, default=DEFAULT_OFFSETS_RETENTION_MS,
+                   help="an empty group's committed offsets expire this long after it became empty, and the "
+                        "group is deleted (default 604800000: 7 days, as Kafka's offsets.retention.minutes)")
+    p.add_argument("--max-groups", type=int, default=CoordinatorConfig().max_groups,
+                   help="groups of both kinds; a request that would create one more is refused "
+                        "(default 100000)")
     streams = p.add_argument_group("streams groups")
     streams.add_argument("--standby-replicas", type=int, default=0,
                          help="caught-up standby copies of every task, on other processes (default 0)")

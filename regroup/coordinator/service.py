@@ -10,7 +10,9 @@ requests it reports two facts to the core as steps: a member's Watch stream open
 process died and its kernel closed the socket, or the network dropped it (`connection_lost`); what
 that means for the member is `regroup.protocol.failover`'s rule. The migration poller
 (`regroup.coordinator.migration`) reports what a Kafka group a group migrates from holds the same way
-(`external_owners`).
+(`external_owners`). On a tick it runs the offsets-retention check with the wall-clock time
+(`expire_offsets`), and before a commit it reads where partitions end when the core may need it
+(`regroup.coordinator.ends`).
 
 Fail-stop: if the store cannot write, or the core raises an unexpected exception in a call that
 changes state, memory may no longer match the disk. The service then refuses further calls and asks
@@ -39,6 +41,7 @@ import grpc
 import grpc.aio
 
 from regroup.coordinator import history as hist
+from regroup.coordinator.ends import LogEnds
 from regroup.coordinator.logs import instance_lookup, log_step
 from regroup.coordinator.metrics import Metrics
 from regroup.coordinator.runtime import Effects, Runtime
@@ -157,6 +160,9 @@ class CoordinatorService:
         self.refresher = refresher
         self.options = options or ServiceOptions()
         self.clock = clock
+        #: Where partitions end in the log, for the core's check of commits and resets (`ends`).
+        self.ends = LogEnds(getattr(refresher.source, "end_offsets", None) if refresher is not None else None,
+                            self.options.end_offsets_timeout_s)
         self.clients: dict[MemberKey, tuple[str, str, int]] = {}
         #: Told of every step that wrote records (the dashboard's feed); must be cheap.
         self.on_step: Callable[[Effects[Any]], None] | None = None
@@ -183,6 +189,7 @@ class CoordinatorService:
         self._observe()
         self._rearm_timer(self.coord.next_deadline())
         self._tasks.append(asyncio.create_task(self._observe_loop(), name="regroup-metrics"))
+        self._tasks.append(asyncio.create_task(self._retention_loop(), name="regroup-retention"))
         if self.refresher is not None:
             self._tasks.append(asyncio.create_task(self.refresher.run(), name="regroup-topics"))
 
@@ -309,6 +316,21 @@ class CoordinatorService:
         except _Stopped:
             return
         self.metrics.topics.set(len(topics))
+
+    async def _retention_loop(self) -> None:
+        """Offsets retention, checked on a tick with the wall-clock time (`regroup.protocol.retention`)."""
+        interval_s = self.coord.config.retention_check_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            self.expire_offsets()
+
+    def expire_offsets(self) -> Effects[None] | None:
+        """One retention check now; None when the service has stopped."""
+        if self.fatal_reason:
+            return None
+        with contextlib.suppress(_Stopped):
+            return self._step(lambda c: c.expire_offsets(self.runtime.unix_ms()))
+        return None
 
     def external_owners(self, group_id: str, holder: str, view: ExternalView | None) -> Effects[Ack] | None:
         """A read of a group outside regroup that ``group_id`` migrates from (the migration poller, on
@@ -472,7 +494,8 @@ class CoordinatorService:
             req = wire.commit_request_from_pb(request)
         except WireError as e:
             return self._ack("CommitOffsets", Ack(ErrorCode.INVALID_REQUEST, str(e)), context)
-        ack = await self._released(self._step(lambda c: c.commit_offsets(req, self.clock())))
+        ends = await self.ends.for_offsets(req.offsets, self.coord.topics)
+        ack = await self._released(self._step(lambda c: c.commit_offsets(req, self.clock(), ends)))
         return self._ack("CommitOffsets", ack, context)
 
     async def fetch_offsets(self, request: pb.OffsetFetchRequest, context: Ctx) -> pb.OffsetFetchResponse:

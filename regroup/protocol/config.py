@@ -6,6 +6,11 @@ from dataclasses import dataclass
 
 from regroup.protocol.failover import check_grace
 
+#: Kafka's default ``offsets.retention.minutes``: 7 days.
+DEFAULT_OFFSETS_RETENTION_MS = 7 * 24 * 60 * 60 * 1000
+#: The longest interval between two retention checks (`retention_check_ms`).
+MAX_RETENTION_CHECK_MS = 60_000
+
 
 @dataclass(frozen=True, slots=True)
 class CoordinatorConfig:
@@ -29,6 +34,14 @@ class CoordinatorConfig:
     #: A dynamic member whose connection broke is fenced this long after, unless it heartbeats or
     #: reconnects first (`regroup.protocol.failover`); 0 turns it off.
     failover_grace_ms: int = 2_000
+    #: An empty group's committed offsets expire this long after it became empty, and the group is
+    #: deleted (`regroup.protocol.retention`; Kafka's ``offsets.retention.minutes``).
+    offsets_retention_ms: int = DEFAULT_OFFSETS_RETENTION_MS
+    #: Groups of both kinds on this coordinator: a request that would create one more is refused
+    #: (GROUP_MAX_SIZE_REACHED).
+    max_groups: int = 100_000
+    #: Offsets one operator's reset may set (a larger reset is split into several requests).
+    max_reset_offsets: int = 10_000
 
     def __post_init__(self) -> None:
         if self.heartbeat_interval_ms <= 0:
@@ -42,3 +55,18 @@ class CoordinatorConfig:
         if self.max_rebalance_timeout_ms <= 0:
             raise ValueError("max_rebalance_timeout_ms must be positive")
         check_grace(self.failover_grace_ms)
+        if isinstance(self.offsets_retention_ms, bool) or not isinstance(self.offsets_retention_ms, int) \
+                or self.offsets_retention_ms <= 0:
+            raise ValueError(f"offsets_retention_ms must be a positive number of milliseconds (how long an "
+                             f"empty group's offsets are kept; Kafka's default is 7 days, "
+                             f"{DEFAULT_OFFSETS_RETENTION_MS}), got {self.offsets_retention_ms!r}")
+        if self.max_groups < 1:
+            raise ValueError(f"max_groups must be at least 1, got {self.max_groups}")
+        if self.max_reset_offsets < 1:
+            raise ValueError(f"max_reset_offsets must be at least 1, got {self.max_reset_offsets}")
+
+    @property
+    def retention_check_ms(self) -> int:
+        """How often retention is checked: a tenth of the retention, between 100 ms and a minute (an
+        empty group's clock starts at most this late, `regroup.protocol.retention` rule 2)."""
+        return min(MAX_RETENTION_CHECK_MS, max(100, self.offsets_retention_ms // 10))

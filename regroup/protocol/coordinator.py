@@ -21,6 +21,18 @@ rules between them:
 3. Offset commits, fetches, resets and deletions, describe and delete go to whichever kind the group
    is; timers, topic changes, snapshots and recovery cover both kinds, consumer groups first; so do
    a member's broken and restored connections (`regroup.protocol.failover`).
+4. Offsets retention covers both kinds (`regroup.protocol.retention`): its marks live here, beside
+   the groups; `expire_offsets(now_ms)`, called on a periodic tick with the wall-clock time, marks
+   the groups nobody uses and deletes, through each kind's own ``delete_group``, those whose
+   retention passed. An operator's write to a group (offsets reset or deleted, parallelism set, a
+   migration's hold changed) restarts its clock in the same step, and deleting a group drops it.
+5. Bounds on what requests can store, for both kinds: a request that would create a group — a
+   join, an operator's reset or parallelism, a migration's first read — is refused with
+   GROUP_MAX_SIZE_REACHED once the coordinator holds ``max_groups`` groups; a member's commit of an
+   offset beyond its partition's end, when the shell passes the end in (``ends``), is refused with
+   INVALID_REQUEST (`regroup.protocol.offsets.check_within_ends`). An operator's reset is not checked
+   against the log's end: it can always be reset again, and a Kafka group imported may have
+   committed beyond the end regroup reads to.
 """
 
 from __future__ import annotations
@@ -45,15 +57,19 @@ from regroup.protocol.messages import (
     OffsetFetchResponse,
     OffsetResetRequest,
 )
+from regroup.protocol.offsets import check_within_ends
 from regroup.protocol.outcome import AnyRecord, Outcome, merged
-from regroup.protocol.records import GroupEpochRecord, OffsetRecord, Record
+from regroup.protocol.records import EmptySinceRecord, GroupEpochRecord, OffsetRecord, Record
+from regroup.protocol.retention import GroupUse, Retention, duration
 from regroup.protocol.shard import Shard
 from regroup.protocol.state import Group, GroupState, apply
+from regroup.protocol.streams import offsets as task_offsets
 from regroup.protocol.streams.coordinator import StreamsConfig, StreamsGroups
 from regroup.protocol.streams.describe import StreamsGroupDescription
 from regroup.protocol.streams.messages import StreamsHeartbeatRequest, StreamsHeartbeatResponse
 from regroup.protocol.streams.records import StreamsRecord
 from regroup.protocol.topics import TopicMetadata
+from regroup.protocol.validation import validate_commit
 
 __all__ = ["Coordinator", "DelegatedSpec", "ExternalView", "Outcome"]
 
@@ -69,6 +85,8 @@ class Coordinator:
     ) -> None:
         self.consumer = ConsumerGroups(config, assignors, topics)
         self.streams = StreamsGroups(streams, self.consumer.topics, coordinator=self.consumer.config)
+        #: Offsets retention's marks of empty groups, of both kinds (rule 4).
+        self.retention = Retention()
 
     # The consumer-group state, as the shells and tests have always read it.
     @property
@@ -102,12 +120,17 @@ class Coordinator:
         `ConsumerGroups.recover` for what "as of now" means and where topic metadata starts)."""
         consumer: list[Record] = []
         streams_records: list[StreamsRecord] = []
+        marks: list[EmptySinceRecord] = []
         for r in records:
             if isinstance(r, StreamsRecord):
                 streams_records.append(r)
+            elif isinstance(r, EmptySinceRecord):
+                marks.append(r)
             else:
                 consumer.append(r)
         coord = cls(config, assignors, topics, streams)
+        for m in marks:
+            coord.retention.apply(m)
         coord.consumer = ConsumerGroups.recover(consumer, now, config, assignors, topics)
         coord.streams.topics = coord.consumer.topics
         coord.streams.recover(streams_records, now)
@@ -115,7 +138,7 @@ class Coordinator:
 
     def snapshot(self) -> list[AnyRecord]:
         """The shortest record list that rebuilds the current state (replaces the history)."""
-        return [*self.consumer.snapshot(), *self.streams.snapshot()]
+        return [*self.consumer.snapshot(), *self.streams.snapshot(), *self.retention.snapshot()]
 
     # ---------------------------------------------------------------- heartbeats
     def heartbeat(self, req: HeartbeatRequest, now: int) -> Outcome[HeartbeatResponse]:
@@ -123,6 +146,9 @@ class Coordinator:
         if req.group_id in self.streams.groups:
             refused = HeartbeatResponse(ErrorCode.INVALID_REQUEST, _other_kind(req.group_id, "streams"))
             return Outcome(refused)
+        if req.member_epoch == JOIN_EPOCH and (full := self._no_room(req.group_id)) is not None:
+            return Outcome(HeartbeatResponse(ErrorCode.GROUP_MAX_SIZE_REACHED, full, req.member_id,
+                                             req.member_epoch, self.config.heartbeat_interval_ms))
         return self.consumer.heartbeat(req, now)
 
     def streams_heartbeat(self, req: StreamsHeartbeatRequest, now: int) -> Outcome[StreamsHeartbeatResponse]:
@@ -148,6 +174,7 @@ class Coordinator:
             moved = dict(taken.offsets)
             gone: list[Record] = [OffsetRecord(gid, s, None) for s in sorted(moved)]
             gone.append(GroupEpochRecord(gid, None))
+            gone.extend(self.retention.drop(gid))  # (applied there; `apply` below skips it)
             for r in gone:
                 apply(self.consumer.groups, r)
             adopted = self.streams.adopt_offsets(gid, _whole_partitions(moved))
@@ -156,6 +183,9 @@ class Coordinator:
             # history, the dashboard's timeline) drops what it kept under the id before the streams
             # group's creation and first bump, not after.
             return merged(out.response, deleted, out, adopted)
+        if req.member_epoch == JOIN_EPOCH and gid not in self.streams.groups \
+                and (full := self._no_room(gid)) is not None:
+            return Outcome(StreamsHeartbeatResponse(ErrorCode.GROUP_MAX_SIZE_REACHED, full))
         return self.streams.heartbeat(req, now)
 
     # ---------------------------------------------------------------- delegation (consumer groups)
@@ -197,19 +227,28 @@ class Coordinator:
         return merged(None, self.consumer.update_topics(topics, now), self.streams.update_topics(topics, now))
 
     # ---------------------------------------------------------------- offsets and admin
-    def commit_offsets(self, req: OffsetCommitRequest, now: int) -> Outcome[Ack]:
+    def commit_offsets(self, req: OffsetCommitRequest, now: int, ends: Mapping[Shard, int] | None = None,
+                       ) -> Outcome[Ack]:
+        """A member's commit; ``ends``: where partitions end in the log, as far as the shell knows (an
+        offset beyond its partition's end is refused, rule 5, once the member's own checks passed)."""
         if req.group_id in self.streams.groups:
             if (refused := _key_ranges_refused(req.group_id, req.offsets)) is not None:
                 return Outcome(refused)
+            if ends and (beyond := self._streams_beyond_ends(req, ends)) is not None:
+                return Outcome(beyond)
             return self.streams.commit_offsets(req, now)
-        return self.consumer.commit_offsets(req, now)
+        return self.consumer.commit_offsets(req, now, ends)
 
     def reset_offsets(self, req: OffsetResetRequest, now: int) -> Outcome[Ack]:
+        """An operator's reset; a group id nobody uses yet becomes an empty consumer group (rule 2),
+        unless the coordinator holds ``max_groups`` groups already (rule 5)."""
         if req.group_id in self.streams.groups:
             if (refused := _key_ranges_refused(req.group_id, req.offsets)) is not None:
                 return Outcome(refused)
-            return self.streams.reset_offsets(req, now)
-        return self.consumer.reset_offsets(req, now)
+            return self._restarted(req.group_id, self.streams.reset_offsets(req, now))
+        if (full := self._no_room(req.group_id)) is not None:
+            return Outcome(Ack(ErrorCode.GROUP_MAX_SIZE_REACHED, full))
+        return self._restarted(req.group_id, self.consumer.reset_offsets(req, now))
 
     def fetch_offsets(self, req: OffsetFetchRequest) -> OffsetFetchResponse:
         if req.group_id in self.streams.groups:
@@ -222,8 +261,8 @@ class Coordinator:
         if group_id in self.streams.groups:
             if (refused := _key_ranges_refused(group_id, shards or ())) is not None:
                 return Outcome(refused)
-            return self.streams.delete_offsets(group_id, shards)
-        return self.consumer.delete_offsets(group_id, shards)
+            return self._restarted(group_id, self.streams.delete_offsets(group_id, shards))
+        return self._restarted(group_id, self.consumer.delete_offsets(group_id, shards))
 
     def set_parallelism(self, group_id: str, topic: str, parallelism: int, now: int) -> Outcome[Ack]:
         """Key ranges per partition of ``topic`` in a consumer group (streams groups: not yet)."""
@@ -231,7 +270,9 @@ class Coordinator:
             return Outcome(Ack(ErrorCode.INVALID_REQUEST,
                                f"group {group_id!r} is a streams group; key ranges (parallelism) are a "
                                "consumer-group setting for now"))
-        return self.consumer.set_parallelism(group_id, topic, parallelism, now)
+        if (full := self._no_room(group_id)) is not None:
+            return Outcome(Ack(ErrorCode.GROUP_MAX_SIZE_REACHED, full))
+        return self._restarted(group_id, self.consumer.set_parallelism(group_id, topic, parallelism, now))
 
     def external_owners(self, group_id: str, holder: str, view: ExternalView | None, now: int,
                         ) -> Outcome[Ack]:
@@ -240,18 +281,83 @@ class Coordinator:
         if group_id in self.streams.groups:
             return Outcome(Ack(ErrorCode.INVALID_REQUEST, f"group {group_id!r} is a streams group; migrating "
                                "from an external group is for consumer groups"))
-        return self.consumer.external_owners(group_id, holder, view, now)
+        if (full := self._no_room(group_id)) is not None:
+            return Outcome(Ack(ErrorCode.GROUP_MAX_SIZE_REACHED, full))
+        return self._restarted(group_id, self.consumer.external_owners(group_id, holder, view, now))
 
     def end_external_hold(self, group_id: str, now: int) -> Outcome[Ack]:
         """An operator ends a consumer group's migration: what the external group held is free."""
         if group_id in self.streams.groups:
             return Outcome(Ack(ErrorCode.NONE))  # a streams group never has one
-        return self.consumer.end_external_hold(group_id, now)
+        return self._restarted(group_id, self.consumer.end_external_hold(group_id, now))
 
     def delete_group(self, group_id: str) -> Outcome[Ack]:
         if group_id in self.streams.groups:
-            return self.streams.delete_group(group_id)
-        return self.consumer.delete_group(group_id)
+            return self._restarted(group_id, self.streams.delete_group(group_id))
+        return self._restarted(group_id, self.consumer.delete_group(group_id))
+
+    # ---------------------------------------------------------------- offsets retention (rule 4)
+    def expire_offsets(self, now_ms: int) -> Outcome[None]:
+        """One retention check at wall-clock time ``now_ms`` (unix ms, not the timers' clock): marks the
+        groups of both kinds found empty, and deletes those empty for ``offsets_retention_ms`` with
+        their committed offsets, a note each (`regroup.protocol.retention`)."""
+        uses = [GroupUse(gid, g.epoch, bool(g.members) or holds_any(g))
+                for gid, g in self.consumer.groups.items()]
+        uses.extend(GroupUse(gid, g.epoch, bool(g.members)) for gid, g in self.streams.groups.items())
+        retention_ms = self.config.offsets_retention_ms
+        marks, due = self.retention.check(uses, now_ms, retention_ms)
+        parts: list[Outcome[object]] = [Outcome(None, tuple(marks))]
+        for gid, mark in due:
+            streams = gid in self.streams.groups
+            group = self.streams.groups.get(gid) or self.consumer.groups.get(gid)
+            offsets = len(group.offsets) if group is not None else 0
+            out = self.streams.delete_group(gid) if streams else self.consumer.delete_group(gid)
+            kind = "streams group" if streams else "group"
+            if not out.response.ok:
+                parts.append(Outcome(None, notes=(f"{kind} {gid!r}: its offsets retention passed, but it "
+                                                  f"could not be deleted: {out.response.message}",)))
+                continue
+            note = (f"{kind} {gid!r}: no members for {duration(now_ms - mark.since_ms)} (offsets retention "
+                    f"{duration(retention_ms)}): its {offsets} committed offset(s) expired and the group "
+                    "was deleted")
+            parts.extend((out, Outcome(None, tuple(self.retention.drop(gid)), notes=(note,))))
+        return merged(None, *parts)
+
+    def _streams_beyond_ends(self, req: OffsetCommitRequest, ends: Mapping[Shard, int]) -> Ack | None:
+        """A streams member's commit refused for an offset beyond the log's end (rule 5) — once its own
+        checks passed (they answer first, as for a consumer group: a zombie hears it is one); None: go
+        on (also when those checks refuse: the streams group answers that itself)."""
+        try:
+            validate_commit(req, self.config)
+            task_offsets.commit_records(self.streams.groups[req.group_id], req)
+        except ProtocolError:
+            return None
+        try:
+            check_within_ends(req.offsets, ends)
+        except ProtocolError as e:
+            return Ack(e.code, e.message)
+        return None
+
+    def _restarted(self, group_id: str, out: Outcome[Ack]) -> Outcome[Ack]:
+        """``out``, and if it wrote anything (an operator's write, or the group's deletion), the end of
+        the group's retention mark: its clock starts again at the next check (rule 4)."""
+        if not out.records or not isinstance(group_id, str):
+            return out
+        dropped = self.retention.drop(group_id)
+        return merged(out.response, out, Outcome(None, tuple(dropped))) if dropped else out
+
+    def _no_room(self, group_id: object) -> str | None:
+        """Why ``group_id`` cannot become a new group (rule 5), or None: it exists already, there is
+        room, or the id is malformed (the request's own checks refuse it)."""
+        if not isinstance(group_id, str) or not group_id or len(group_id) > self.config.max_id_length \
+                or group_id in self.consumer.groups or group_id in self.streams.groups:
+            return None
+        held = len(self.consumer.groups) + len(self.streams.groups)
+        if held < self.config.max_groups:
+            return None
+        return (f"group {group_id!r} would be a new group, but this coordinator already holds {held} groups, "
+                f"the most it allows (max_groups); delete groups nobody uses (empty groups are deleted "
+                "anyway once their offsets expire) or raise the limit")
 
     # ---------------------------------------------------------------- reading
     def describe_group(self, group_id: str) -> GroupDescription:

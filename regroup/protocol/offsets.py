@@ -10,6 +10,14 @@ Key ranges (`regroup.protocol.keyrange`): a commit of a key range writes the par
 parts of fragments outside it); a fetch of a shard answers every fragment overlapping it, from which
 the member works out where the range resumes and what it skips. A group that never used key ranges
 has one fragment per partition, the whole partition, and these rules are exactly the plain ones.
+
+Bounds: no offset is ever above `regroup.protocol.validation.MAX_OFFSET` (2^53 - 1), and where the
+shell knows where a partition ends in the log it passes that end in, and a member's commit of an
+offset beyond it is refused (`check_within_ends`) — the core cannot know how fresh the end is, so
+the shell only passes ends read after the request arrived (`regroup.coordinator.ends`). A consumer
+commits the position of the next record it reads, which is never beyond the log's end; an offset
+beyond it would pin the partition ahead of every later commit (they would all be behind it). An
+operator's reset is not checked against the end: a reset can always be undone by another.
 """
 
 from __future__ import annotations
@@ -64,6 +72,27 @@ def check_forward(committed: Mapping[Shard, CommittedOffset], shard: Shard, offs
             ErrorCode.OFFSET_OUT_OF_ORDER,
             f"offset {offset} for {shard} is behind the committed {prev.offset}; committed offsets "
             "only move forward (an operator's reset on an empty group can move them back)")
+
+
+def check_within_ends(offsets: object, ends: Mapping[Shard, int] | None) -> None:
+    """INVALID_REQUEST when an offset is beyond its partition's end in ``ends`` (``Shard(topic,
+    partition)`` -> the offset the log writes next); offsets whose partition is not in ``ends`` pass.
+
+    Called once the request's own checks passed (shape, epoch, ownership: a zombie hears it is one),
+    and still only looks at well-formed entries. A key range's offset is a position in its whole
+    partition's offsets, checked against the partition's end."""
+    if not ends or not isinstance(offsets, Mapping):
+        return
+    for shard, offset in offsets.items():
+        if not isinstance(shard, Shard) or not isinstance(offset, int):
+            continue
+        end = ends.get(shard if shard.whole else Shard(shard.topic, shard.partition))
+        if isinstance(end, int) and offset > end:
+            raise ProtocolError(
+                ErrorCode.INVALID_REQUEST,
+                f"offset {offset} for {shard} is beyond the end of the partition in the log ({end}, the "
+                "offset its next record gets); a committed offset names the next record to read, so "
+                "it is at most the log's end")
 
 
 def require_empty(group: Group, what: str) -> None:

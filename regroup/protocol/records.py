@@ -146,6 +146,17 @@ class ExternalHoldRecord:
     hold: ExternalHold | None
 
 
+@dataclass(frozen=True, slots=True)
+class EmptySinceRecord:
+    """Offsets retention: the group has been seen empty since ``since_ms`` (wall-clock unix ms), at
+    group epoch ``epoch`` (None: the mark is dropped). A mark of the coordinator, for a group of
+    either kind, kept beside the groups and not in one (`regroup.protocol.retention`)."""
+
+    group_id: str
+    since_ms: int | None
+    epoch: int = 0
+
+
 Record = (
     GroupEpochRecord
     | SubscribedTopicsRecord
@@ -157,4 +168,5 @@ Record = (
     | OffsetRecord
     | ParallelismRecord
     | ExternalHoldRecord
+    | EmptySinceRecord
 )

@@ -16,6 +16,7 @@ from regroup.protocol.messages import STATIC_LEAVE_EPOCH, CommittedOffset
 from regroup.protocol.records import (
     CurrentAssignment,
     CurrentAssignmentRecord,
+    EmptySinceRecord,
     ExternalHold,
     ExternalHoldRecord,
     GroupEpochRecord,
@@ -132,7 +133,12 @@ class Group:
 
 
 def apply(groups: dict[str, Group], record: Record) -> None:
-    """Apply one record to the set of groups (creating or deleting a group as the record says)."""
+    """Apply one record to the set of groups (creating or deleting a group as the record says).
+
+    A retention mark is no group's state: `regroup.protocol.retention` applies it, and it is skipped
+    here (`regroup.protocol.coordinator` replays it there)."""
+    if isinstance(record, EmptySinceRecord):
+        return
     gid = record.group_id
     group = groups.get(gid)
     if isinstance(record, GroupEpochRecord):

@@ -30,6 +30,12 @@ from regroup.protocol.shard import KEY_SPACE, Shard, ShardSet
 T = TypeVar("T")
 N = TypeVar("N", bound=Hashable)
 
+#: The largest offset a commit or reset may carry, 2^53 - 1: far beyond any real log (a partition
+#: taking 10 million records a second reaches it in 28 years), the largest integer a JSON reader such
+#: as the dashboard's holds exactly, and small enough that no commit can pin an offset at the int64
+#: limit, where every later commit would be behind it.
+MAX_OFFSET = 2**53 - 1
+
 
 def invalid(message: str) -> ProtocolError:
     return ProtocolError(ErrorCode.INVALID_REQUEST, message)
@@ -197,7 +203,11 @@ def validate_commit(req: OffsetCommitRequest, cfg: CoordinatorConfig) -> None:
 
 def validate_reset(req: OffsetResetRequest, cfg: CoordinatorConfig) -> None:
     check_id("group_id", req.group_id, cfg)
-    _check_offsets(req.offsets, req.metadata, cfg)
+    limit = cfg.max_reset_offsets
+    if isinstance(req.offsets, Sized) and len(req.offsets) > limit:
+        raise invalid(f"an offset reset sets at most {limit} offsets (max_reset_offsets), this one "
+                      f"{len(req.offsets)}; split it into several resets")
+    _check_offsets(req.offsets, req.metadata, cfg, limit)
 
 
 def validate_fetch(req: OffsetFetchRequest, cfg: CoordinatorConfig) -> None:
@@ -221,13 +231,17 @@ def validate_member_ids(group_id: str, member_id: str, cfg: CoordinatorConfig) -
     check_id("member_id", member_id, cfg)
 
 
-def _check_offsets(offsets: Mapping[Shard, int], metadata: str, cfg: CoordinatorConfig) -> None:
+def _check_offsets(offsets: Mapping[Shard, int], metadata: str, cfg: CoordinatorConfig,
+                   limit: int | None = None) -> None:
     if not offsets:
         raise invalid("an offset commit must carry at least one offset")
-    check_shards("offsets", offsets.keys(), cfg, cfg.max_owned_shards)
+    check_shards("offsets", offsets.keys(), cfg, cfg.max_owned_shards if limit is None else limit)
     for shard, offset in offsets.items():
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
             raise invalid(f"offset for {shard} must be a non-negative integer, got {offset!r}")
+        if offset > MAX_OFFSET:
+            raise invalid(f"offset {offset} for {shard} is beyond any log: an offset is at most "
+                          f"{MAX_OFFSET} (2^53 - 1); commit the position of the next record to read")
     if not isinstance(metadata, str):
         raise invalid(f"offset metadata must be a string, got {type(metadata).__name__}")
     if len(metadata) > cfg.max_offset_metadata_length:

@@ -14,6 +14,7 @@ from regroup.protocol.keyrange import ranges
 from regroup.protocol.records import (
     CurrentAssignment,
     CurrentAssignmentRecord,
+    EmptySinceRecord,
     ExternalHold,
     ExternalHoldRecord,
     GroupEpochRecord,
@@ -72,6 +73,7 @@ records: st.SearchStrategy[Record] = st.one_of(
               st.none() | st.integers(0, 2**62), text, st.integers(-1, 99)),
     st.builds(ParallelismRecord, text, text, st.none() | st.integers(2, 1024)),
     st.builds(ExternalHoldRecord, text, st.none() | st.builds(ExternalHold, text, shard_sets, st.booleans())),
+    st.builds(EmptySinceRecord, text, st.none() | st.integers(0, 2**53), st.integers(0, 2**31)),
 )
 
 
@@ -179,6 +181,7 @@ def _one_of_each() -> list[codec.AnyRecord]:
         ParallelismRecord("g", "t", 4),
         TargetMemberRecord("g", "m", frozenset({Shard("t", 1), Shard("t", 0, 0, 1 << 31)})),
         ExternalHoldRecord("g", ExternalHold("kafka:orders", frozenset({Shard("t", 1), Shard("t", 0)}))),
+        EmptySinceRecord("g", 1_700_000_000_000, 5),
         StreamsEpochRecord("sg", 4),
         TopologyRecord("sg", Topology.of({"join": ["views", "clicks"], "count": ["orders"]})),
         SourceTopicsRecord("sg", {"views": 4, "clicks": 4, "orders": 2}),
@@ -215,6 +218,7 @@ def test_stored_bytes_are_pinned() -> None:
         '["P","g","t",4]',
         '["t","g","m",{"t":[[0,0,2147483648],1]}]',
         '["H","g",["kafka:orders",true,{"t":[0,1]}]]',
+        '["R","g",1700000000000,5]',
         '["sE","sg",4]',
         '["sY","sg",{"count":["orders"],"join":["clicks","views"]}]',
         '["sS","sg",{"clicks":4,"orders":2,"views":4}]',

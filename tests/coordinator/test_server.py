@@ -273,7 +273,9 @@ def test_topic_metadata_reaches_groups_and_regex_subscriptions(client: Coordinat
     assert client.topics()["events-eu"] == 3 and client.topics_info().error == ""
 
 
-def test_admin_reset_delete_offsets_and_group(client: CoordinatorClient) -> None:
+def test_admin_reset_delete_offsets_and_group(client: CoordinatorClient, log: PartitionedLog) -> None:
+    log.produce("admin", 0, [LogRecord(None, b"x", 0)] * 10)  # offsets name records the log has
+    log.produce("admin", 1, [LogRecord(None, b"x", 0)] * 7)
     a = M("admin", "a")
     a.join(client, topics=("admin",))
     s0 = Shard("admin", 0)
