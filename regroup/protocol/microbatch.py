@@ -30,6 +30,17 @@ pieces* ``(lo, hi, offset)`` — records with key hash in ``[lo, hi)`` below ``o
 in each planned batch (`BatchOffset.skips`, `ShardRange.skip`) until the range's position passes
 them. Pieces are kept sorted and disjoint (`merge_skips`), as `Resume`'s are.
 
+Split partitions (`regroup.log.embedded.layout`). A partition split on the producer side has several
+open *pieces*, each over a slice of its keys with offsets of its own; a key's offsets still only grow
+across pieces, so a position means the same in whichever piece it falls. A shard whose keys lie in
+several open pieces is read as *lanes* — the shard cut at the pieces' boundaries (`lanes_of`), one per
+piece — and each lane is a shard of the batch like any other: a key range with its own position, end
+and checkpoint key, committed on its own (the coordinator accepts commits of ranges inside an owned
+shard). A lane's data ends where its piece ends (`lane_ends`). At each boundary, lanes that a split
+made span pieces are cut, each part beginning where the lane's next batch would, and adjacent lanes of
+one shard that share a piece (after a merge) and would begin at the same offset are joined again
+(`Boundary.relaned`). Lanes are range keys of the existing form: the checkpoint format is unchanged.
+
 Checkpoint keys (`shard_key`): ``topic:partition`` for a whole partition — what every checkpoint
 written before key ranges holds, read the same — and ``topic:partition:lo-hi`` (decimal) for a range.
 """
@@ -37,9 +48,10 @@ written before key ranges holds, read the same — and ``topic:partition:lo-hi``
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
+from typing import NamedTuple
 
 from regroup.protocol.driver import advanced
 from regroup.protocol.keyrange import Resume
@@ -54,6 +66,14 @@ OFFSET_FORMAT = 1
 #: Skip pieces ``(lo, hi, offset)``: the records with key hash in ``[lo, hi)`` below ``offset`` are
 #: done (see `keyrange.Resume`). Sorted and disjoint.
 Skip = tuple[tuple[int, int, int], ...]
+
+#: The open pieces of a partition, ``(lo, hi)`` in key order (`PartitionedLog.key_pieces`).
+Pieces = Sequence[tuple[int, int]]
+#: The open pieces of a partition with where each ends (its next offset): ``{(lo, hi): end}``
+#: (`EmbeddedLog.piece_ends`); a partition never split is one piece over every key.
+PieceEnds = Mapping[tuple[int, int], int]
+#: The pieces of a partition never split: one, every key.
+WHOLE: tuple[tuple[int, int], ...] = ((0, KEY_SPACE),)
 
 _DIGITS = re.compile(r"[0-9]+")
 _RANGE = re.compile(r"(0|[1-9][0-9]*)-([1-9][0-9]*)")
@@ -120,6 +140,52 @@ def merge_skips(*groups: Iterable[tuple[int, int, int]]) -> Skip:
 def pending(skip: Skip, position: int) -> Skip:
     """The pieces that still drop records at or after ``position`` (`Resume.passed`)."""
     return tuple(p for p in skip if p[2] > position)
+
+
+def lanes_of(shard: Shard, pieces: Pieces) -> tuple[Shard, ...]:
+    """``shard`` cut at the boundaries of the open ``pieces`` inside it, one lane per piece it has keys
+    in, in key order; ``(shard,)`` itself when its keys lie in one piece."""
+    parts = [(max(lo, shard.lo), min(hi, shard.hi)) for lo, hi in pieces if lo < shard.hi and shard.lo < hi]
+    if len(parts) <= 1:
+        return (shard,)
+    return tuple(Shard(shard.topic, shard.partition, lo, hi) for lo, hi in parts)
+
+
+def clip(resume: Resume, lo: int, hi: int) -> Resume:
+    """What ``resume`` says of the keys ``[lo, hi)``: its skip pieces cut to them, and its start
+    raised to the lowest offset any of those keys begins at when skip pieces cover them all (every
+    record below it is skipped anyway: a lane does not read what it would drop, and never commits
+    below where its own keys resume)."""
+    pieces = tuple((max(a, lo), min(b, hi), o) for a, b, o in resume.skip if a < hi and lo < b)
+    start = resume.start
+    if pieces and sum(b - a for a, b, _ in pieces) == hi - lo:
+        start = max(start, min(o for _, _, o in pieces))
+    return Resume(start, pending(pieces, start))
+
+
+def lane_ends(lanes: Iterable[Shard], pieces: Mapping[tuple[str, int], PieceEnds]) -> dict[Shard, int]:
+    """Where each lane's data ends: the end of the open piece holding its keys (of the lowest end, should
+    one span several: it is cut at the next boundary). A lane of a partition missing from ``pieces`` is
+    left out: it has no new data."""
+    out: dict[Shard, int] = {}
+    for s in lanes:
+        ends = pieces.get(s.partition_key)
+        if ends is None:
+            continue
+        held = [end for (lo, hi), end in ends.items() if lo < s.hi and s.lo < hi]
+        if held:
+            out[s] = min(held)
+    return out
+
+
+def _where(prev: int | None, begin: int | None, carried: Skip, known: Skip) -> tuple[int, Skip, bool]:
+    """Where a shard's next batch begins, the skip pieces that still drop records there, and whether it
+    begins anew: at ``begin`` (where it was taken) when the finished batch does not carry it
+    (``prev`` None) or it is further on; else where the finished batch ended it (`plan_next`)."""
+    if prev is None or (begin is not None and begin > prev):
+        assert begin is not None
+        return begin, pending(merge_skips(known), begin), True
+    return prev, pending(merge_skips(carried, known), prev), False
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,14 +339,9 @@ def plan_next(
         begin = beginnings.get(s)
         if prev is None and begin is None:
             raise ValueError(f"plan_next: no position for newly owned shard {s}")
-        if prev is None or (begin is not None and begin > prev):
-            assert begin is not None
-            starts[s] = begin
-            base[s] = begin
-            skip = pending(merge_skips(known.get(s, ())), begin)
-        else:
-            base[s] = prev
-            skip = pending(merge_skips(finished.skips.get(s, ()), known.get(s, ())), prev)
+        base[s], skip, anew = _where(prev, begin, finished.skips.get(s, ()), known.get(s, ()))
+        if anew:
+            starts[s] = base[s]
         if skip:
             carried[s] = skip
     avail = {s: max(0, log_ends.get(s, 0) - b) for s, b in base.items()}
@@ -406,20 +467,51 @@ class Boundary:
        owners did — skips them in every batch, planned or replayed, until its position passes them;
        each planned batch carries those it still needs, so that a replay from the checkpoint alone
        skips them too (`plan`, `ranges`).
+    6. A shard of a partition split on the producer side is read as lanes, one per open piece its keys
+       lie in (`lanes`, `taken`): each lane begins where the shard's `Resume` says for its keys
+       (`clip`). Batches read, carry and commit lanes — so the shard's hand-off commits every lane —
+       and each lane's data ends where its piece does. At each boundary, before planning, a lane a
+       split made span several pieces is cut, each part beginning where the lane's next batch would,
+       with the skip pieces it still needs there; adjacent lanes of one shard in one piece that would
+       begin at the same offset are joined (`relaned`). A new lane begins in the batch that first
+       carries it (``starts``), so the checkpoint alone says where, as for a newly taken shard.
     """
 
     holdings: Mapping[Shard, Holding] = field(default_factory=dict)
     #: The end of a replayed batch and the shards it carried but skipped (rule 4), until the next plan.
     skipped: tuple[BatchOffset, frozenset[Shard]] | None = None
+    #: Each shard the query was assigned and the lanes it is read as (rule 6): itself, unless its
+    #: partition is split on the producer side. A holding that no entry names is its own lane.
+    lanes: Mapping[Shard, tuple[Shard, ...]] = field(default_factory=dict)
 
     @property
     def owned(self) -> frozenset[Shard]:
+        """What batches read: the lanes of the assigned shards (the shards themselves, unless split)."""
         return frozenset(self.holdings)
+
+    @property
+    def assigned(self) -> frozenset[Shard]:
+        """The shards the coordinator assigned (what a Revoke or a Lost names)."""
+        return frozenset(self._lanes())
+
+    def _lanes(self) -> dict[Shard, tuple[Shard, ...]]:
+        out = {s: ls for s, ls in self.lanes.items() if ls}
+        laned = {lane for ls in out.values() for lane in ls}
+        out.update((s, (s,)) for s in self.holdings if s not in laned)
+        return out
+
+    def _with_lanes(self, shards: Iterable[Shard]) -> set[Shard]:
+        lanes = self._lanes()
+        out: set[Shard] = set()
+        for s in shards:
+            out.add(s)
+            out.update(lanes.get(s, ()))
+        return out
 
     def to_commit(self, finished: BatchOffset, shards: Collection[Shard] | None = None) -> dict[Shard, int]:
         """What to commit once the batch ending at ``finished`` is done: its ends for the owned
-        shards (of ``shards``, when given) that moved past the committed offset."""
-        mine = self.owned if shards is None else self.owned & frozenset(shards)
+        lanes (those of ``shards``, when given) that moved past the committed offset."""
+        mine = self.owned if shards is None else self.owned & self._with_lanes(shards)
         return advanced(finished_positions(finished, mine), self.committed())
 
     def committed(self) -> dict[Shard, int]:
@@ -431,22 +523,112 @@ class Boundary:
         for s, o in offsets.items():
             if s in held:
                 held[s] = replace(held[s], committed=o)
-        return Boundary(held, self.skipped)
+        return Boundary(held, self.skipped, self.lanes)
 
-    def taken(self, starts: Mapping[Shard, int | Resume], committed: Mapping[Shard, int]) -> Boundary:
+    def taken(
+        self,
+        starts: Mapping[Shard, int | Resume],
+        committed: Mapping[Shard, int],
+        pieces: Mapping[tuple[str, int], Pieces] | None = None,
+    ) -> Boundary:
         """After an Assign: each shard of ``starts`` begins there, its floor too (a `Resume`: where
         it begins and what it skips); ``committed`` are the group's committed offsets the driver read
-        for them (for a key range: its own fragment's, if it has one)."""
+        for them (for a key range: its own fragment's, if it has one). ``pieces`` are the open pieces
+        of their partitions (absent: one piece): a shard over several is read as one lane per piece,
+        each beginning where the `Resume` says for its keys (rule 6)."""
         held = dict(self.holdings)
+        lanes = self._lanes()
         for s, at in starts.items():
             r = at if isinstance(at, Resume) else Resume(at)
-            held[s] = Holding(floor=r.start, committed=committed.get(s), begin=r.start, skip=r.skip)
-        return Boundary(held, self.skipped)
+            for old in lanes.pop(s, ()):
+                held.pop(old, None)
+            cut = lanes_of(s, pieces.get(s.partition_key, WHOLE)) if pieces else (s,)
+            for lane in cut:
+                # A commit of the shard raised every fragment of its keys to at least that: known for
+                # each lane too.
+                lr = r if lane == s else clip(r, lane.lo, lane.hi)
+                held[lane] = Holding(floor=lr.start, committed=committed.get(s), begin=lr.start, skip=lr.skip)
+            lanes[s] = cut
+        return Boundary(held, self.skipped, lanes)
 
     def released(self, shards: Iterable[Shard]) -> Boundary:
-        """After a Revoke (once committed) or a Lost (without committing)."""
+        """After a Revoke (once committed) or a Lost (without committing): the assigned ``shards``
+        with their lanes (a lane named alone goes alone)."""
         gone = frozenset(shards)
-        return Boundary({s: h for s, h in self.holdings.items() if s not in gone}, self.skipped)
+        drop = set(gone)
+        lanes: dict[Shard, tuple[Shard, ...]] = {}
+        for s, ls in self._lanes().items():
+            if s in gone:
+                drop.update(ls)
+            elif left := tuple(lane for lane in ls if lane not in gone):
+                lanes[s] = left
+        return Boundary({s: h for s, h in self.holdings.items() if s not in drop}, self.skipped, lanes)
+
+    def relaned(self, finished: BatchOffset, pieces: Mapping[tuple[str, int], Pieces]) -> Boundary:
+        """Rule 6 at a boundary, before the plan after ``finished``: the lanes of the partitions in
+        ``pieces`` (their open pieces now) cut where a split made them span pieces, and joined where
+        adjacent lanes of one shard share a piece and would begin at the same offset. A new lane
+        begins where the next batch of the lanes it came from would (``begin``, which the next plan
+        puts in ``starts``), skipping what they would; its floor is that too (this process has read
+        every record below it), and its committed offset the lowest known of theirs."""
+        unread = self._unread(finished)
+        held = dict(self.holdings)
+        lanes = self._lanes()
+        for owner, ls in list(lanes.items()):
+            opened = pieces.get(owner.partition_key)
+            if opened is None or (len(opened) == 1 and len(ls) == 1):
+                continue  # not split (or merged whole, its lanes joined): nothing to cut or join
+            opened = sorted(opened)
+            cut: list[_Lane] = []
+            for lane in sorted(ls):
+                h = held[lane]
+                at = self._next(lane, h, finished, unread)
+                parts = lanes_of(lane, opened)
+                if at is None or len(parts) == 1:
+                    cut.append(_Lane(lane, None if at is None else at[0], () if at is None else at[1], h))
+                    continue
+                for part in parts:
+                    r = clip(Resume(*at), part.lo, part.hi)
+                    h_part = replace(h, floor=r.start, begin=r.start, skip=r.skip)
+                    cut.append(_Lane(part, r.start, r.skip, h_part))
+            joined: list[_Lane] = []
+            for x in cut:
+                last = joined[-1] if joined else None
+                if (last is None or x.at is None or x.at != last.at or last.shard.hi != x.shard.lo
+                        or _piece_index(last.shard, opened) != _piece_index(x.shard, opened)):
+                    joined.append(x)
+                    continue
+                skip = pending(merge_skips(last.skip, x.skip), x.at)
+                known = None if last.holding.committed is None or x.holding.committed is None else \
+                    min(last.holding.committed, x.holding.committed)
+                both = Shard(x.shard.topic, x.shard.partition, last.shard.lo, x.shard.hi)
+                h_both = Holding(floor=x.at, committed=known, begin=x.at, skip=skip)
+                joined[-1] = _Lane(both, x.at, skip, h_both)
+            new = tuple(x.shard for x in joined)
+            if new == tuple(sorted(ls)):
+                continue
+            for old in ls:
+                del held[old]
+            held.update((x.shard, x.holding) for x in joined)
+            lanes[owner] = new
+        if held == self.holdings:
+            return self
+        return Boundary(held, self.skipped, lanes)
+
+    def _unread(self, finished: BatchOffset) -> frozenset[Shard]:
+        return self.skipped[1] if self.skipped is not None and self.skipped[0] == finished else frozenset()
+
+    @staticmethod
+    def _next(
+        s: Shard, h: Holding, finished: BatchOffset, unread: Collection[Shard]
+    ) -> tuple[int, Skip] | None:
+        """Where ``s``'s next batch begins and what it skips there (as `plan_next` decides); None if
+        nothing says (a caller's bug, which the plan reports)."""
+        prev = None if s in unread else finished.ends.get(s)
+        if prev is None and h.begin is None:
+            return None
+        pos, skip, _ = _where(prev, h.begin, finished.skips.get(s, ()), h.skip)
+        return pos, skip
 
     def plan(
         self, finished: BatchOffset, log_ends: Mapping[Shard, int], max_records: int | None, epoch: int
@@ -454,21 +636,52 @@ class Boundary:
         """The next batch's end offset after ``finished`` (see `plan_next`), and the boundary once
         that plan carries every shard's beginning."""
         beginnings = {s: h.begin for s, h in self.holdings.items() if h.begin is not None}
-        unread = self.skipped[1] if self.skipped is not None and self.skipped[0] == finished else frozenset()
+        unread = self._unread(finished)
         skips = {s: h.skip for s, h in self.holdings.items() if h.skip}
         end = plan_next(finished, self.owned, beginnings, log_ends, max_records, epoch, unread, skips)
         # Past this plan, the replayed batch is no longer the finished one: a skipped shard is either
         # taken back now (and began where the driver said) or absent from the planned batch.
         if not beginnings and self.skipped is None:
             return self, end
-        return Boundary({s: replace(h, begin=None) for s, h in self.holdings.items()}), end
+        return Boundary({s: replace(h, begin=None) for s, h in self.holdings.items()}, None, self.lanes), end
+
+    def plan_pieces(
+        self,
+        finished: BatchOffset,
+        pieces: Mapping[tuple[str, int], PieceEnds],
+        max_records: int | None,
+        epoch: int,
+    ) -> tuple[Boundary, BatchOffset]:
+        """`plan` with the log as its open pieces: ``pieces`` gives, for the partitions of the owned
+        shards, each open piece and where it ends (an unsplit partition: one piece). The lanes are
+        brought to those pieces first (`relaned`), and each lane's data ends where its piece does."""
+        b = self.relaned(finished, {k: tuple(v) for k, v in pieces.items()})
+        return b.plan(finished, lane_ends(b.owned, pieces), max_records, epoch)
 
     def replayed(self, start: BatchOffset, end: BatchOffset) -> Boundary:
         """After a batch (start, end) was replayed from the checkpoint: remember the shards it
         carried but skipped because this query does not own them (rule 4)."""
         skipped = frozenset(end.ends) - self.owned
-        return Boundary(self.holdings, (end, skipped)) if skipped else self
+        return Boundary(self.holdings, (end, skipped), self.lanes) if skipped else self
 
     def ranges(self, start: BatchOffset, end: BatchOffset) -> list[ShardRange]:
         """What the planned (or replayed) batch (start, end) reads (see `batch_ranges`)."""
         return batch_ranges(start, end, self.owned, {s: h.resume for s, h in self.holdings.items()})
+
+
+class _Lane(NamedTuple):
+    """A lane while `Boundary.relaned` works: where its next batch begins (None: nothing says), what
+    it skips there, and its holding."""
+
+    shard: Shard
+    at: int | None
+    skip: Skip
+    holding: Holding
+
+
+def _piece_index(lane: Shard, pieces: Pieces) -> int:
+    """The index of the piece holding ``lane``'s first key."""
+    for i, (lo, hi) in enumerate(pieces):
+        if lo <= lane.lo < hi:
+            return i
+    return -1

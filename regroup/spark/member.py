@@ -21,6 +21,14 @@ the range (`regroup.spark.read`). A range's committed offset after a batch is th
 as for a whole partition: it read the partition up to there. Revoke-then-assign is overlap-aware in
 the coordinator, so a change of parallelism hands ranges off at batch boundaries like partitions.
 
+Partitions split on the producer side (`regroup.log.embedded.layout`: open pieces, each with its own
+offsets) are read per piece: the `Boundary` takes a shard as one *lane* per open piece its keys lie in,
+cuts lanes again when a later split reaches them and joins them back after a merge (rule 6), and
+plans each lane up to the end of its piece. So this class hands it, when a shard is taken, the
+partition's pieces (`PartitionedLog.key_pieces`) and, at each boundary, every owned partition's open
+pieces with their ends (`EmbeddedLog.piece_ends`; other logs: one piece, the partition's end). A
+Revoke commits and releases a shard's lanes; a Lost drops them.
+
 What to do with the coordinator's actions is the member driver's (`regroup.protocol.driver`), shared
 with `regroup.Consumer`; what a batch covers is the `Boundary`'s (`regroup.protocol.microbatch`). Both
 are pure: this class only does the I/O and keeps the one `Boundary` value. `plan` — Spark's
@@ -46,9 +54,10 @@ from regroup.client.errors import CommitFailedError, OffsetFetchError
 from regroup.client.membership import Membership
 from regroup.log import open_log
 from regroup.log.base import PartitionedLog
+from regroup.log.embedded import EmbeddedLog
 from regroup.protocol.driver import Backlog, OffsetReset, held_when_lost
 from regroup.protocol.member import Action, Assign, Fatal, Lost, MemberState, MemberStateMachine, Revoke
-from regroup.protocol.microbatch import BatchOffset, Boundary, ShardRange
+from regroup.protocol.microbatch import WHOLE, BatchOffset, Boundary, PieceEnds, Pieces, ShardRange
 from regroup.protocol.shard import Shard
 from regroup.rpc.client import CoordinatorClient
 from regroup.spark.finished import ENV as FINISHED_ENV
@@ -98,7 +107,8 @@ class QueryMember:
     # ------------------------------------------------------------------ Spark's calls
     @property
     def owned(self) -> frozenset[Shard]:
-        return self.boundary.owned
+        """The shards the coordinator assigned to this query (a split partition's are read in lanes)."""
+        return self.boundary.assigned
 
     def plan(self, finished: BatchOffset, limit: int | None) -> BatchOffset:
         """The batch boundary: the batch ending at ``finished`` is done. Commit it, do what the
@@ -108,8 +118,8 @@ class QueryMember:
             self._sync(finished)
             if self._cut_off():
                 return finished  # the same offset: Spark runs no batch, and asks again next trigger
-            ends = self._log_ends(self.boundary.owned)
-            self.boundary, end = self.boundary.plan(finished, ends, limit, self.membership.epoch)
+            pieces = self._piece_ends(self.boundary.assigned)
+            self.boundary, end = self.boundary.plan_pieces(finished, pieces, limit, self.membership.epoch)
             return end
 
     @property
@@ -257,12 +267,12 @@ class QueryMember:
                         log.warning("cannot read committed offsets yet (%s); taking the partitions later", e)
                         return
                     continue
-                self.boundary = self.boundary.taken(starts, committed)
+                self.boundary = self.boundary.taken(starts, committed, self._key_pieces(action.shards))
                 self.membership.assignment_done(action.shards)
             elif isinstance(action, Lost):
                 log.warning("membership lost (%s): dropping %d partitions without committing",
-                            action.reason, len(self.boundary.owned))
-                self.boundary = self.boundary.released(held_when_lost(action, self.boundary.owned))
+                            action.reason, len(self.boundary.assigned))
+                self.boundary = self.boundary.released(held_when_lost(action, self.boundary.assigned))
             elif isinstance(action, Fatal):
                 raise SourceFatalError(f"regroup source, group {self.opts.group!r}: {action.message}")
 
@@ -276,11 +286,17 @@ class QueryMember:
             return
         self.boundary = self.boundary.with_committed(positions)
 
-    def _log_ends(self, shards: Collection[Shard]) -> dict[Shard, int]:
-        out: dict[Shard, int] = {}
-        for topic in sorted({s.topic for s in shards}):
+    def _key_pieces(self, shards: Collection[Shard]) -> dict[tuple[str, int], Pieces]:
+        """The open pieces of the partitions of ``shards`` (one, every key, unless split)."""
+        return {pk: self.log.key_pieces(*pk) for pk in sorted({s.partition_key for s in shards})}
+
+    def _piece_ends(self, shards: Collection[Shard]) -> dict[tuple[str, int], PieceEnds]:
+        """The open pieces of the partitions of ``shards`` and where each ends."""
+        parts = sorted({s.partition_key for s in shards})
+        if isinstance(self.log, EmbeddedLog):
+            return {pk: self.log.piece_ends(*pk) for pk in parts}
+        out: dict[tuple[str, int], PieceEnds] = {}
+        for topic in sorted({t for t, _ in parts}):
             ends = self.log.end_offsets(topic)
-            for s in shards:
-                if s.topic == topic:
-                    out[s] = ends.get(s.partition, 0)
+            out.update(((t, p), {WHOLE[0]: ends.get(p, 0)}) for t, p in parts if t == topic)
         return out

@@ -8,6 +8,13 @@ A key range (`regroup.protocol.keyrange`) is read as its partition's records ``[
 those whose key hash falls in the range and that no skip piece drops (`keyrange.kept`: one C call per
 key for the hash, numpy for the comparisons, on the Arrow key column). A whole partition without skip
 pieces is not filtered at all: the common case costs what it always did.
+
+A partition split on the producer side (`regroup.log.embedded.layout`) has no one sequence of offsets
+to read columnar frames from: its keys' records lie in pieces with offsets of their own. There a range
+(a lane, `regroup.protocol.microbatch`) is read with `EmbeddedLog.read_keys` — one read per open piece
+its keys lie in now, should a split since the plan have cut it — from ``start`` up to ``end``, each
+read saying where the next begins (it may jump over offsets that piece never had); the records are
+converted to Arrow row by row (`records_to_arrow`), which costs more than the columnar path.
 """
 
 from __future__ import annotations
@@ -18,9 +25,12 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 
 from regroup.log import open_log
-from regroup.log.arrow import ARROW_SCHEMA, HEADER_STRUCT
+from regroup.log.arrow import ARROW_SCHEMA, HEADER_STRUCT, records_to_arrow
 from regroup.log.base import PartitionedLog
+from regroup.log.embedded import EmbeddedLog
+from regroup.log.embedded.layout import SpansOpenPieces
 from regroup.protocol.keyrange import kept
+from regroup.protocol.microbatch import lanes_of
 from regroup.protocol.shard import Shard
 
 #: The source's schema as Spark sees it (and as `spark.readStream.format("regroup").load()` shows it).
@@ -58,27 +68,81 @@ def read_range(
 
     For a key range (or with ``skip`` pieces, disjoint as in `keyrange.Resume`), the partition's
     records ``[start, end)`` are read and only those of the range that no piece drops are yielded;
-    a range may keep none of them, and then yields nothing.
+    a range may keep none of them, and then yields nothing. A partition split on the producer side is
+    read by key (see the module docstring).
 
     Raises if the log ends before ``end``: the driver planned the range from the log's end offsets,
     so a shorter log means records were lost (e.g. a truncated or recreated topic), and silently
     reading less would turn that into unnoticed data loss.
     """
     log = _log(spec)
+    if isinstance(log, EmbeddedLog) and not log.layout(shard.topic, shard.partition).trivial:
+        yield from _read_by_key(log, shard, start, end, skip)
+        return
     filtered = not shard.whole or bool(skip)
     at = start
     while at < end:
-        batch = log.read_arrow(shard.topic, shard.partition, at, min(BATCH_RECORDS, end - at))
+        try:
+            batch = log.read_arrow(shard.topic, shard.partition, at, min(BATCH_RECORDS, end - at))
+        except SpansOpenPieces:  # split since the check above: the rest by key
+            assert isinstance(log, EmbeddedLog)
+            yield from _read_by_key(log, shard, at, end, skip)
+            return
         if batch.num_rows == 0:
-            raise RuntimeError(
-                f"regroup source: {shard} has no records at offset {at} although the batch was planned "
-                f"up to {end}; was the topic truncated or recreated?")
+            raise _ended(shard, at, end)
         at = batch.column(2)[-1].as_py() + 1  # offsets may skip (Kafka compaction, transaction markers)
         if filtered:
             batch = keep_range(batch, shard, skip)
             if batch.num_rows == 0:
                 continue  # none of this read is the range's: not an error, the log did not end
         yield batch.cast(SPARK_ARROW_SCHEMA)
+
+
+def _read_by_key(
+    log: EmbeddedLog, shard: Shard, start: int, end: int, skip: Sequence[tuple[int, int, int]]
+) -> Iterator[pa.RecordBatch]:
+    """`read_range` on a partition split on the producer side: the records of ``shard``'s keys with
+    offsets in ``[start, end)``, read one open piece's keys at a time (a range planned inside one piece
+    may lie across several by now: its records below ``end`` are then in the sealed piece those were
+    split from). Each key's records come out in offset order."""
+    todo = [(part, start) for part in lanes_of(shard, log.key_pieces(shard.topic, shard.partition))]
+    todo.reverse()
+    whole = Shard(shard.topic, shard.partition)
+    while todo:
+        part, at = todo.pop()
+        while at < end:
+            try:
+                got = log.read_keys(shard.topic, shard.partition, part.lo, part.hi, at,
+                                    min(BATCH_RECORDS, end - at))
+            except SpansOpenPieces:  # split again meanwhile: each part on its own from here
+                parts = lanes_of(part, log.key_pieces(shard.topic, shard.partition))
+                if parts == (part,):
+                    raise
+                todo.extend((p, at) for p in reversed(parts))
+                break
+            if not got.records and got.next_offset <= at:
+                raise RuntimeError(
+                    f"regroup source: keys [{part.lo:#x}, {part.hi:#x}) of {shard.topic}-{shard.partition}, "
+                    f"split on the producer side, have no records at offset {at} although the batch was "
+                    f"planned up to {end}: records were lost, or the range was planned past the end of its "
+                    "piece (each piece of a split partition has its own end: plan it per piece)")
+            at = got.next_offset
+            # A read past a gap begins at its piece's start and may look beyond ``end``.
+            records = [r for r in got.records if r.offset < end]
+            if not records:
+                continue
+            batch = records_to_arrow(records)
+            if skip:  # the keys are the range's already: only the skip pieces drop records here
+                batch = keep_range(batch, whole, skip)
+                if batch.num_rows == 0:
+                    continue
+            yield batch.cast(SPARK_ARROW_SCHEMA)
+
+
+def _ended(shard: Shard, at: int, end: int) -> RuntimeError:
+    return RuntimeError(
+        f"regroup source: {shard} has no records at offset {at} although the batch was planned "
+        f"up to {end}; was the topic truncated or recreated?")
 
 
 def keep_range(
