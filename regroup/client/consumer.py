@@ -41,7 +41,7 @@ from regroup.client.errors import (
 )
 from regroup.client.membership import Membership
 from regroup.client.partition import TopicPartition, offsets_by_partition, offsets_by_shard, partitions_of
-from regroup.client.ranges import KeyRanges, Ranged, Scanned, lanes, piece_of
+from regroup.client.ranges import KeyRanges, Ranged, Scanned, piece_of
 from regroup.client.workers import Handler, Workers
 from regroup.log import open_log
 from regroup.log.base import ConsumedRecord, PartitionedLog
@@ -50,6 +50,7 @@ from regroup.log.errors import LogTimeoutError
 from regroup.protocol.driver import Backlog, OffsetReset, commit_before_release, held_when_lost
 from regroup.protocol.keyrange import Resume
 from regroup.protocol.member import Action, Assign, Fatal, Lost, MemberStateMachine, Revoke
+from regroup.protocol.microbatch import clip, lanes_of
 from regroup.protocol.shard import Shard, ShardSet
 from regroup.rpc.client import CoordinatorClient
 
@@ -326,14 +327,17 @@ class Consumer:
         committed, resumes = self._membership.where_to_resume(action.shards, self._reset, self._log)
         self._committed.update(committed)
         for s, r in resumes.items():
-            cut = lanes(s, self._log.key_pieces(s.topic, s.partition))
+            cut = lanes_of(s, self._log.key_pieces(s.topic, s.partition))
             if len(cut) > 1:
                 self._lanes[s] = cut
                 self._lane_owner.update(dict.fromkeys(cut, s))
             for lane in cut:
-                self._positions[lane] = r.start
-                if len(cut) > 1 or KeyRanges.reads(s, r):
-                    self._ranges.add(lane, r)
+                # Each lane where the Resume says for its own keys: a piece that ends higher than
+                # another (`latest` on a split partition) is not read below its end.
+                lr = r if lane == s else clip(r, lane.lo, lane.hi)
+                self._positions[lane] = lr.start
+                if len(cut) > 1 or KeyRanges.reads(s, lr):
+                    self._ranges.add(lane, lr)
             self._rr.extend(cut)
         if self._on_assign is not None:
             self._on_assign(self, partitions_of(action.shards))
@@ -416,7 +420,7 @@ class Consumer:
         handed out are read again by its lanes). Returns the lane holding ``shard``'s first key."""
         first = shard
         for x in list(self._ranges.of_partition(shard)):
-            parts = lanes(x, pieces)
+            parts = lanes_of(x, pieces)
             if len(parts) == 1:
                 continue
             at = self._positions.pop(x)

@@ -2,12 +2,13 @@
 
 The consumer's owner (the `Consumer`'s poll loop, or the PySpark source at a micro-batch boundary)
 reports back with `revocation_done` / `assignment_done`; `where_to_begin` does the I/O (committed
-offsets, the log's ends) for the member driver's rule. Nothing here decides anything.
+offsets, the log's ends — per open piece of a partition split on the producer side) for the member
+driver's rule. Nothing here decides anything.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from regroup.client.session import Session, now_ms
 from regroup.log.base import PartitionedLog
@@ -45,22 +46,34 @@ class Membership(Session[MemberStateMachine]):
         Raises `OffsetFetchError` when the committed offsets cannot be read (rule 4).
         """
         committed = self.fetch_committed(shards)
-        ends: dict[Shard, int] = {}
-        for topic in topics_to_look_up(shards, committed, reset):
-            ends.update((Shard(topic, p), end) for p, end in log.end_offsets(topic).items())
-        return committed, start_positions(shards, committed, reset, ends)
-
+        return committed, start_positions(shards, committed, reset, _log_ends(shards, committed, reset, log))
 
     def where_to_resume(self, shards: Collection[Shard], reset: OffsetReset,
                         log: PartitionedLog) -> tuple[dict[Shard, int], dict[Shard, Resume]]:
-        """`where_to_begin` for members that may own key ranges: the committed offsets of
-        ``shards`` themselves, and where each begins with what it skips (`driver.resumes`).
+        """`where_to_begin` for members that may own key ranges, or read a partition split on the
+        producer side in lanes: the committed offsets of ``shards`` themselves, and where each begins
+        with what it skips (`driver.resumes`).
 
         Raises `OffsetFetchError` when the committed offsets cannot be read (rule 4).
         """
         committed = self.fetch_committed(shards)
-        ends: dict[Shard, int] = {}
-        for topic in topics_to_look_up(shards, committed, reset):
-            ends.update((Shard(topic, p), end) for p, end in log.end_offsets(topic).items())
         own = {s: committed[s] for s in shards if s in committed}
-        return own, resumes(shards, committed, reset, ends)
+        return own, resumes(shards, committed, reset, _log_ends(shards, committed, reset, log))
+
+
+def _log_ends(shards: Collection[Shard], committed: Mapping[Shard, int], reset: OffsetReset,
+              log: PartitionedLog) -> dict[Shard, int]:
+    """Where ``log`` ends now for the partitions of ``shards`` the member driver needs it for
+    (`topics_to_look_up`): by whole partition, and by open piece (`PartitionedLog.piece_ends`) for a
+    partition split on the producer side, as `driver.resumes` takes it. One end-offsets call per
+    topic; a partition's pieces are asked for only when it is split."""
+    ends: dict[Shard, int] = {}
+    for topic in topics_to_look_up(shards, committed, reset):
+        by_partition = log.end_offsets(topic)
+        for p in sorted({s.partition for s in shards if s.topic == topic} & by_partition.keys()):
+            if len(log.key_pieces(topic, p)) > 1:
+                pieces = log.piece_ends(topic, p)
+                ends.update((Shard(topic, p, lo, hi), end) for (lo, hi), end in pieces.items())
+            else:
+                ends[Shard(topic, p)] = by_partition[p]
+    return ends

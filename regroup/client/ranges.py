@@ -15,10 +15,11 @@ A whole partition whose progress is kept in fragments (the group went back to wh
 reads the same way, as a range covering the whole key space.
 
 A partition split on the producer side (`regroup.log.embedded.layout`) is read per open piece: an
-owned shard whose keys lie in several pieces is read as several *lanes*, one per piece (`lanes`),
-each with its own position, committed on its own (the coordinator accepts commits of parts of an
-owned shard). A lane never spans two open pieces: a split while a shard is owned cuts its lanes at
-the new piece boundaries, each part starting where the lane was.
+owned shard whose keys lie in several pieces is read as several *lanes*, one per piece (`lanes_of`),
+each beginning where the driver's `Resume` says for its own keys (`microbatch.clip`) and with its own
+position, committed on its own (the coordinator accepts commits of parts of an owned shard). A lane
+never spans two open pieces: a split while a shard is owned cuts its lanes at the new piece
+boundaries, each part starting where the lane was.
 """
 
 from __future__ import annotations
@@ -45,15 +46,6 @@ class Scanned:
 
     shards: frozenset[Shard]
     end: int
-
-
-def lanes(shard: Shard, pieces: Sequence[tuple[int, int]]) -> tuple[Shard, ...]:
-    """``shard`` cut at the boundaries of the log's pieces (`PartitionedLog.key_pieces`) inside it;
-    ``(shard,)`` itself when it lies in one piece."""
-    parts = [(max(lo, shard.lo), min(hi, shard.hi)) for lo, hi in pieces if lo < shard.hi and shard.lo < hi]
-    if len(parts) <= 1:
-        return (shard,)
-    return tuple(Shard(shard.topic, shard.partition, lo, hi) for lo, hi in parts)
 
 
 def piece_of(shard: Shard, pieces: Sequence[tuple[int, int]]) -> tuple[int, int]:

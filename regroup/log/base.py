@@ -134,6 +134,12 @@ class PartitionedLog(TopicSource, Protocol):
         partition split on the producer side; one range, the whole key space, otherwise."""
         ...
 
+    def piece_ends(self, topic: str, partition: int) -> dict[tuple[int, int], int]:
+        """``{(lo, hi): next offset}`` of each open piece (:meth:`key_pieces`): a partition split on the
+        producer side has an end per piece (the embedded log overrides this); otherwise one piece,
+        every key, at the partition's end offset — this default, which asks :meth:`end_offsets`."""
+        return {WHOLE_KEY_SPACE[0]: self.end_offsets(topic).get(partition, 0)}
+
     def read_arrow(self, topic: str, partition: int, start: int, max_records: int) -> pa.RecordBatch:
         """The same records as :meth:`read`, as one batch with ``regroup.log.arrow.ARROW_SCHEMA``.
 

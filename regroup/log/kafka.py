@@ -47,7 +47,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-d
 from confluent_kafka.cimpl import NewPartitions, NewTopic
 
 from regroup.log.arrow import records_to_arrow
-from regroup.log.base import WHOLE_KEY_SPACE, ConsumedRecord, KeyRead, LogRecord, keep_keys
+from regroup.log.base import WHOLE_KEY_SPACE, ConsumedRecord, KeyRead, LogRecord, PartitionedLog, keep_keys
 from regroup.log.errors import (
     InvalidPartitionsError,
     InvalidRecordError,
@@ -115,7 +115,7 @@ class _Deliveries:
             self.first_offset = off
 
 
-class KafkaLog:
+class KafkaLog(PartitionedLog):
     """A :class:`~regroup.log.base.PartitionedLog` on a Kafka-compatible cluster.
 
     ``bootstrap`` is ``host:port[,host:port...]``. ``timeout_s`` bounds every blocking operation

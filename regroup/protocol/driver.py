@@ -17,7 +17,12 @@ Rules:
 3. Where a shard starts. An Assign begins each shard at the group's committed offset; a shard without
    one begins per the reset policy: ``earliest`` at offset 0, ``latest`` where the log ends now. A
    key range (or a partition whose progress is kept in key-range fragments) begins at the lowest
-   fragment it overlaps and skips the records its fragments say are done (`keyrange.resume`).
+   fragment it overlaps and skips the records its fragments say are done (`keyrange.resume`). Where
+   the log ends is per open piece for a partition split on the producer side (each piece has offsets
+   of its own): under ``latest`` the keys of each piece begin at that piece's end, so a shard over
+   several begins at the lowest of their ends and skips, in the pieces that end higher, the records
+   below their ends — exactly as if those ends were committed fragments. Beginning every piece at
+   the highest end instead would never read what a lower piece gets between its end and that one.
 4. Unknown is not "none". Committed offsets that could not be read are never taken as "no committed
    offset" — that would rewind the shard to its beginning. The Assign waits, with everything behind
    it, for the next boundary; unless a Lost is queued behind it: then everything before the last Lost
@@ -93,18 +98,43 @@ def resumes(
 
     ``committed`` must be what the coordinator answered — never a guess after a failed fetch (rule 4);
     for key ranges it holds every committed fragment of their partitions that the fetch returned.
-    ``log_ends`` (by whole partition) is read only for the shards of `topics_to_look_up`; a shard
-    missing there starts at 0.
+    ``log_ends`` says where the log ends now: by whole partition (``Shard(topic, p)``), or for a
+    partition split on the producer side by open piece (a key-range shard per piece, as
+    `PartitionedLog.piece_ends` gives them). It is read only for the shards of `topics_to_look_up`;
+    keys of a partition missing there start at 0.
     """
     fragments = _by_partition(committed)
+    ends = _by_partition(log_ends) if reset is OffsetReset.LATEST else {}
     out: dict[Shard, Resume] = {}
     for s in sorted(shards):
-        mine = fragments.get(s.partition_key)
-        if mine is not None and len(mine) == 1 and s in mine:
+        mine = fragments.get(s.partition_key, {})
+        if len(mine) == 1 and s in mine:
             out[s] = Resume(mine[s])  # its own offset and nothing else: the common case
             continue
-        default = log_ends.get(Shard(s.topic, s.partition), 0) if reset is OffsetReset.LATEST else 0
-        out[s] = resume(mine, s, default) if mine else Resume(default)
+        # The keys no fragment covers begin where the reset policy says, piece by piece: as if
+        # committed there (rule 3), so that `keyrange.resume` makes one `Resume` of it all.
+        reset_at = _reset_fragments(ends.get(s.partition_key, {}), mine, s)
+        out[s] = resume({**mine, **reset_at}, s, 0)
+    return out
+
+
+def _reset_fragments(
+    pieces: Mapping[Shard, int], fragments: Collection[Shard], shard: Shard
+) -> dict[Shard, int]:
+    """The parts of ``shard``'s keys that no committed fragment covers, cut at the log's ``pieces``
+    (each with where it ends), each beginning at its piece's end (rule 3, ``latest``)."""
+    out: dict[Shard, int] = {}
+    for piece, end in pieces.items():
+        lo, hi = max(piece.lo, shard.lo), min(piece.hi, shard.hi)
+        if lo >= hi:
+            continue
+        at = lo
+        for f in sorted((f for f in fragments if f.lo < hi and lo < f.hi), key=lambda f: f.lo):
+            if at < f.lo:
+                out[Shard(shard.topic, shard.partition, at, f.lo)] = end
+            at = max(at, f.hi)
+        if at < hi:
+            out[Shard(shard.topic, shard.partition, at, hi)] = end
     return out
 
 

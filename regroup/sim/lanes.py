@@ -1,12 +1,12 @@
 """Simulated consumers reading partitions split on the producer side, as the real consumer does.
 
 `regroup.client.consumer` reads an owned shard whose keys lie in several open pieces of the log
-(`regroup.log.embedded.layout`) as *lanes*, one per piece (`regroup.client.ranges.lanes`), each with
+(`regroup.log.embedded.layout`) as *lanes*, one per piece (`regroup.protocol.microbatch.lanes_of`), each with
 its own position, each committed on its own. `LaneProcessor` is `workload.Processor` with lanes, for
 ``regroup sim check --splits`` (the log's layout: regroup/sim/pieces.py). The rules, the consumer's:
 
 1. **Lanes at assignment.** A newly assigned shard that resumes at ``r`` (`driver.resumes`) is cut at
-   the open pieces' boundaries with the consumer's own `ranges.lanes`; every lane begins at
+   the open pieces' boundaries with the consumer's own `lanes_of`; every lane begins at
    ``r.start`` and skips what ``r`` says (`Resume.skips` works by key, whatever the lane).
 2. **A lane's position** is lazy, as a shard's (`workload.Processor`): the batch fetched at one poll
    boundary is processed by the next. A fetch reads the lane's keys from the sealed pieces at or
@@ -37,8 +37,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
-from regroup.client.ranges import lanes
 from regroup.protocol.keyrange import Resume
+from regroup.protocol.microbatch import lanes_of
 from regroup.protocol.shard import Shard
 from regroup.sim.invariants import KEY_ORDER
 from regroup.sim.keyranges import RecordKeys, scanned
@@ -53,7 +53,7 @@ Schedule = Callable[[int, str, Callable[[], None]], None]
 
 def cut_at_split(lane: Shard, pieces: Sequence[tuple[int, int]]) -> tuple[Shard, ...]:
     """Rule 3: the parts of ``lane`` at the open pieces' boundaries (itself when it lies in one)."""
-    return lanes(lane, pieces)
+    return lanes_of(lane, pieces)
 
 
 def read_from(positions: Sequence[int]) -> int:
@@ -91,7 +91,7 @@ class LaneProcessor(Processor):
     def activate(self, shard: Shard, offset: int, t: int, resume: Resume | None = None) -> None:
         super().activate(shard, offset, t, resume)
         w = self.work[shard]
-        cut = lanes(shard, self.pieces.open_ranges(shard.topic, shard.partition))
+        cut = lanes_of(shard, self.pieces.open_ranges(shard.topic, shard.partition))
         self.lanes[shard] = {s: _Lane(offset, w.first_fetch, offset, w.resume) for s in cut}
         self._sync_at(w.first_fetch)
 

@@ -290,3 +290,69 @@ def test_a_partition_split_and_merged_while_owned_is_read_in_lanes_each_key_once
         rest += batch
     assert sorted(int(r.value or b"") for r in rest) == list(range(n - 10, n))
     lg.close()
+
+
+@pytest.mark.parametrize("shard", [A, Shard("t", 0, 1 << 30, 3 << 30)], ids=["whole", "key-range"])
+def test_latest_on_a_split_partition_begins_each_piece_at_its_own_end(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shard: Shard) -> None:
+    """``auto_offset_reset='latest'`` on a partition split on the producer side: each piece (lane)
+    begins at its own end, not at the highest piece's, so a piece that ends lower loses nothing
+    produced after the assignment — and nothing produced before it is read."""
+    from regroup.log.embedded import EmbeddedLog
+    from regroup.protocol.keyrange import KEY_SPACE, key_hash
+
+    lg = EmbeddedLog(tmp_path / "split", fsync="never")
+    lg.create_topic("t", 1)
+    lg.split_partition("t", 0, 2)
+    keys = [f"k{i}".encode() for i in range(200)]
+    lower = next(k for k in keys if shard.lo <= key_hash(k, 0) < KEY_SPACE // 2)
+    upper = next(k for k in keys if KEY_SPACE // 2 <= key_hash(k, 0) < shard.hi)
+    lg.produce("t", 0, [LogRecord(upper, b"-1", 0)] * 50)  # the upper piece ends at 50, the lower at 0
+    c, m = make(lg, monkeypatch, [], auto_offset_reset="latest")
+    m.actions = [Assign(frozenset({shard}))]
+    assert c.consume(10, 0.1) == []  # takes the shard "at the end" of each piece
+    lg.produce("t", 0, [LogRecord(lower, str(i).encode(), 0) for i in range(5)]
+               + [LogRecord(upper, str(i).encode(), 0) for i in range(5, 10)])
+    got: list[Any] = []
+    while batch := c.consume(100, 0.3):
+        got += batch
+    assert sorted(int(r.value or b"") for r in got) == list(range(10))
+    m.actions = [Revoke(frozenset({shard}))]
+    c.consume(1, 0.05)
+    assert {(s.lo, s.hi): o for s, o in m.commits[-1].items()} == {
+        (shard.lo, KEY_SPACE // 2): 5, (KEY_SPACE // 2, shard.hi): 55}  # each lane past its own
+    lg.close()
+
+
+def test_where_a_shard_begins_asks_a_log_for_piece_ends_only_of_its_split_partitions() -> None:
+    """The Kafka path is unchanged: one end-offsets call per topic, no piece asked for; a split
+    partition of the embedded log is asked for its pieces' ends, and nothing else is."""
+    from regroup.client.membership import _log_ends
+    from regroup.protocol.driver import OffsetReset
+    from regroup.protocol.keyrange import KEY_SPACE
+
+    calls: list[tuple[Any, ...]] = []
+
+    class Log:
+        def end_offsets(self, topic: str) -> dict[int, int]:
+            calls.append(("end_offsets", topic))
+            return {0: 50, 1: 7}
+
+        def key_pieces(self, topic: str, p: int) -> tuple[tuple[int, int], ...]:
+            return ((0, 5), (5, KEY_SPACE)) if p == 0 and split else ((0, KEY_SPACE),)
+
+        def piece_ends(self, topic: str, p: int) -> dict[tuple[int, int], int]:
+            calls.append(("piece_ends", topic, p))
+            return {(0, 5): 3, (5, KEY_SPACE): 50}
+
+    log: Any = Log()
+    split = False
+    assert _log_ends({A, B}, {}, OffsetReset.LATEST, log) == {A: 50, B: 7}
+    assert calls == [("end_offsets", "t")]
+    calls.clear()
+    split = True
+    assert _log_ends({A, B}, {}, OffsetReset.LATEST, log) == {
+        Shard("t", 0, 0, 5): 3, Shard("t", 0, 5, KEY_SPACE): 50, B: 7}
+    assert calls == [("end_offsets", "t"), ("piece_ends", "t", 0)]
+    calls.clear()
+    assert _log_ends({A, B}, {}, OffsetReset.EARLIEST, log) == {} and calls == []

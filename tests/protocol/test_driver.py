@@ -12,12 +12,14 @@ from regroup.protocol.driver import (
     commit_before_release,
     from_last_lost,
     held_when_lost,
+    resumes,
     start_positions,
     topics_to_look_up,
 )
 from regroup.protocol.errors import ErrorCode
+from regroup.protocol.keyrange import Resume
 from regroup.protocol.member import Action, Assign, Fatal, Lost, Revoke
-from regroup.protocol.shard import Shard
+from regroup.protocol.shard import KEY_SPACE, Shard
 
 A, B, C = Shard("t", 0), Shard("t", 1), Shard("u", 0)
 
@@ -43,6 +45,38 @@ def test_a_new_shard_starts_at_its_committed_offset_else_per_the_reset_policy() 
     assert start_positions({B, A, C}, committed, OffsetReset.EARLIEST, {}) == {A: 42, B: 0, C: 0}
     assert list(start_positions({B, A, C}, committed, OffsetReset.EARLIEST, {})) == [A, B, C]
     assert start_positions({A, B, C}, committed, OffsetReset.LATEST, {A: 99, B: 17}) == {A: 42, B: 17, C: 0}
+
+
+H = KEY_SPACE // 2
+#: Where a partition split in two on the producer side ends, per open piece: the upper one higher.
+PIECE_ENDS = {Shard("t", 0, 0, H): 5, Shard("t", 0, H, KEY_SPACE): 50}
+
+
+def test_latest_on_a_split_partition_begins_each_piece_at_its_own_end() -> None:
+    q = KEY_SPACE // 4
+    inside, across = Shard("t", 0, H, H + q), Shard("t", 0, q, H + q)
+    assert resumes({A, inside, across}, {}, OffsetReset.LATEST, PIECE_ENDS) == {
+        A: Resume(5, ((H, KEY_SPACE, 50),)),  # the lower piece from its end, the upper skipped to its own
+        across: Resume(5, ((H, H + q, 50),)),
+        inside: Resume(50),  # its keys lie in one piece: that piece's end, nothing to skip
+    }
+    assert start_positions({A}, {}, OffsetReset.LATEST, PIECE_ENDS) == {A: 5}
+
+
+def test_latest_on_a_split_partition_begins_only_the_keys_no_fragment_covers_at_their_piece_end() -> None:
+    done = Shard("t", 0, 0, KEY_SPACE // 4)
+    assert resumes({A}, {done: 3}, OffsetReset.LATEST, PIECE_ENDS) == {
+        A: Resume(3, ((KEY_SPACE // 4, H, 5), (H, KEY_SPACE, 50)))}
+    assert resumes({A}, {done: 80}, OffsetReset.LATEST, PIECE_ENDS) == {
+        A: Resume(5, ((0, KEY_SPACE // 4, 80), (H, KEY_SPACE, 50)))}
+
+
+def test_earliest_and_unsplit_partitions_ignore_pieces() -> None:
+    assert resumes({A}, {}, OffsetReset.EARLIEST, PIECE_ENDS) == {A: Resume(0)}
+    assert resumes({A}, {A: 7}, OffsetReset.LATEST, PIECE_ENDS) == {A: Resume(7)}
+    half = Shard("t", 0, 0, H)
+    assert resumes({A}, {half: 9}, OffsetReset.LATEST, {A: 20}) == {A: Resume(9, ((H, KEY_SPACE, 20),))}
+    assert resumes({B}, {}, OffsetReset.LATEST, PIECE_ENDS) == {B: Resume(0)}  # not looked up: from 0
 
 
 def test_the_log_is_asked_where_it_ends_only_when_latest_needs_it() -> None:

@@ -400,10 +400,6 @@ def test_lanes_are_planned_to_their_own_piece_end(setup: Setup) -> None:
     assert list(itertools.chain.from_iterable(s.sink.values()))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug outside the source: Membership.where_to_resume / driver.resumes begin a shard with no committed "
-    "offset under 'latest' at the partition's end_offsets — for a split partition the highest piece end "
-    "— so a piece that ends lower is read only from that offset: its records in between are never read"))
 def test_starting_offsets_latest_on_a_split_partition_reads_every_record_produced_after_the_start(
         setup: Setup) -> None:
     s = setup
