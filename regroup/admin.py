@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 
 COORDINATOR_HELP = "Coordinator address HOST:PORT (default: $REGROUP_COORDINATOR)."
 JSON_HELP = "Print one JSON object instead of tables."
+TLS_CA_HELP = ("Talk TLS to the coordinator, trusting the CA in this PEM file (default: $REGROUP_TLS_CA; "
+               "neither: plain text).")
 
 groups_app = typer.Typer(help="Inspect and delete groups, consumer and streams groups.",
                          no_args_is_help=True)
@@ -55,14 +57,18 @@ offsets_app = typer.Typer(help="Reset or delete a group's committed offsets (gro
 topics_app = typer.Typer(help="Create and list topics of the log.", no_args_is_help=True)
 
 
-def _client(coordinator: str | None, token: str | None) -> Any:
+def _client(coordinator: str | None, token: str | None, tls_ca: str | None = None) -> Any:
     from regroup.rpc.client import CoordinatorClient
 
     address = coordinator or os.environ.get("REGROUP_COORDINATOR")
     if not address:
         raise typer.BadParameter("give --coordinator HOST:PORT or set REGROUP_COORDINATOR",
                                  param_hint="--coordinator")
-    return CoordinatorClient(address, token=token or os.environ.get("REGROUP_TOKEN"))
+    ca = tls_ca or os.environ.get("REGROUP_TLS_CA") or None
+    if ca is not None and not os.path.isfile(ca):
+        raise typer.BadParameter(f"{ca!r}: no such file (the PEM file of the CA that signed the "
+                                 "coordinator's certificate)", param_hint="--tls-ca")
+    return CoordinatorClient(address, token=token or os.environ.get("REGROUP_TOKEN"), tls_ca=ca)
 
 
 def _lit(value: object) -> Text:
@@ -87,13 +93,13 @@ def _fail(message: str) -> NoReturn:
 
 
 @contextlib.contextmanager
-def _connected(coordinator: str | None, token: str | None) -> Iterator[Any]:
+def _connected(coordinator: str | None, token: str | None, tls_ca: str | None = None) -> Iterator[Any]:
     """A client; a call that fails (coordinator unreachable, token refused, request refused) ends
     the command with its message instead of a traceback."""
     from regroup.rpc.errors import CoordinatorError
 
     try:
-        with _client(coordinator, token) as client:
+        with _client(coordinator, token, tls_ca) as client:
             yield client
     except CoordinatorError as e:
         _fail(str(e))
@@ -116,10 +122,11 @@ def _ack_or_fail(ack: Any) -> None:
 def groups_list(
     coordinator: str | None = typer.Option(None, "--coordinator", "-c", help=COORDINATOR_HELP),
     token: str | None = typer.Option(None, help="API token (default: $REGROUP_TOKEN)."),
+    tls_ca: str | None = typer.Option(None, "--tls-ca", metavar="PEM", help=TLS_CA_HELP),
     json_output: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Every group: its kind (consumer or streams), state and member count."""
-    with _connected(coordinator, token) as client:
+    with _connected(coordinator, token, tls_ca) as client:
         rows = client.list_groups()
     if json_output:
         print(json.dumps({"groups": [{"group": r.group_id, "kind": r.kind, "state": r.state.value,
@@ -136,6 +143,7 @@ def groups_describe(
     group: str = typer.Argument(..., help="The group id."),
     coordinator: str | None = typer.Option(None, "--coordinator", "-c", help=COORDINATOR_HELP),
     token: str | None = typer.Option(None, help="API token (default: $REGROUP_TOKEN)."),
+    tls_ca: str | None = typer.Option(None, "--tls-ca", metavar="PEM", help=TLS_CA_HELP),
     json_output: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """State, epochs, members with assigned and pending partitions, offsets with lag, epoch history.
@@ -146,7 +154,7 @@ def groups_describe(
     from regroup.protocol.errors import ErrorCode
     from regroup.rpc.errors import RequestRejected
 
-    with _connected(coordinator, token) as client:
+    with _connected(coordinator, token, tls_ca) as client:
         # Consumer groups first: the common case costs one call. The coordinator refuses a consumer
         # describe of a streams group with INVALID_REQUEST naming the kind; only then ask again.
         try:
@@ -284,10 +292,11 @@ def groups_parallelism(
     ranges: int = typer.Argument(..., min=1, help="Key ranges per partition (1: whole partitions)."),
     coordinator: str | None = typer.Option(None, "--coordinator", "-c", help=COORDINATOR_HELP),
     token: str | None = typer.Option(None, help="API token (default: $REGROUP_TOKEN)."),
+    tls_ca: str | None = typer.Option(None, "--tls-ca", metavar="PEM", help=TLS_CA_HELP),
 ) -> None:
     """Spread each partition of TOPIC over up to RANGES members: each gets a key range of it and
     commits its own progress; a live group rebalances, losing and repeating nothing."""
-    with _connected(coordinator, token) as client:
+    with _connected(coordinator, token, tls_ca) as client:
         _ack_or_fail(client.set_parallelism(group, topic, ranges))
     Console().print(_lit(f"group {group}: {topic} in {ranges} key range(s) per partition"))
 
@@ -297,9 +306,10 @@ def groups_delete(
     group: str = typer.Argument(..., help="The group id (must have no members)."),
     coordinator: str | None = typer.Option(None, "--coordinator", "-c", help=COORDINATOR_HELP),
     token: str | None = typer.Option(None, help="API token (default: $REGROUP_TOKEN)."),
+    tls_ca: str | None = typer.Option(None, "--tls-ca", metavar="PEM", help=TLS_CA_HELP),
 ) -> None:
     """Delete an empty group and its committed offsets."""
-    with _connected(coordinator, token) as client:
+    with _connected(coordinator, token, tls_ca) as client:
         _ack_or_fail(client.delete_group(group))
     Console().print(_lit(f"deleted group {group}"))
 
@@ -342,6 +352,7 @@ def groups_import(
                                "committed for those partitions."),
     coordinator: str | None = typer.Option(None, "--coordinator", "-c", help=COORDINATOR_HELP),
     token: str | None = typer.Option(None, help="API token (default: $REGROUP_TOKEN)."),
+    tls_ca: str | None = typer.Option(None, "--tls-ca", metavar="PEM", help=TLS_CA_HELP),
     json_output: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Make a Kafka group's committed offsets the regroup group's, durably, through the coordinator.
@@ -364,7 +375,7 @@ def groups_import(
     if found.members:
         notes.append(f"Kafka group {name!r} has {found.members} member(s) and keeps committing: this is a "
                      "snapshot (a migration with no stop: the coordinator's --migrate-group)")
-    with _connected(coordinator, token) as client:
+    with _connected(coordinator, token, tls_ca) as client:
         members = _members_of(client, group)
         if members:
             _fail(f"refused: regroup group {group!r} has {members} member(s); offsets are imported only into "
@@ -405,6 +416,7 @@ def groups_export(
                                            "Kafka requires it to have no members."),
     coordinator: str | None = typer.Option(None, "--coordinator", "-c", help=COORDINATOR_HELP),
     token: str | None = typer.Option(None, help="API token (default: $REGROUP_TOKEN)."),
+    tls_ca: str | None = typer.Option(None, "--tls-ca", metavar="PEM", help=TLS_CA_HELP),
     json_output: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Write the regroup group's committed offsets into a Kafka group, for going back to Kafka.
@@ -416,7 +428,7 @@ def groups_export(
     from regroup.log.errors import LogError
 
     name = kafka_group or group
-    with _connected(coordinator, token) as client:
+    with _connected(coordinator, token, tls_ca) as client:
         committed = _committed(client, group)
         members = _members_of(client, group)
     if not committed:
@@ -467,6 +479,7 @@ def offsets_reset(
     to: list[str] = typer.Option(..., "--to", help="TOPIC:PARTITION=OFFSET, repeatable."),
     coordinator: str | None = typer.Option(None, "--coordinator", "-c", help=COORDINATOR_HELP),
     token: str | None = typer.Option(None, help="API token (default: $REGROUP_TOKEN)."),
+    tls_ca: str | None = typer.Option(None, "--tls-ca", metavar="PEM", help=TLS_CA_HELP),
 ) -> None:
     """Set committed offsets (may move them backwards) of an empty group."""
     offsets: dict[Shard, int] = {}
@@ -475,7 +488,7 @@ def offsets_reset(
         if not sep or not offset.isdigit():
             raise typer.BadParameter(f"{item!r}: expected TOPIC:PARTITION=OFFSET", param_hint="--to")
         offsets[_parse_shard(where)] = int(offset)
-    with _connected(coordinator, token) as client:
+    with _connected(coordinator, token, tls_ca) as client:
         _ack_or_fail(client.reset_offsets(group, offsets))
     Console().print(_lit(f"reset {len(offsets)} offset(s) of {group}"))
 
@@ -487,10 +500,11 @@ def offsets_delete(
                                         "all of the group's offsets when omitted."),
     coordinator: str | None = typer.Option(None, "--coordinator", "-c", help=COORDINATOR_HELP),
     token: str | None = typer.Option(None, help="API token (default: $REGROUP_TOKEN)."),
+    tls_ca: str | None = typer.Option(None, "--tls-ca", metavar="PEM", help=TLS_CA_HELP),
 ) -> None:
     """Delete committed offsets of an empty group."""
     shards = [_parse_shard(p) for p in partition] if partition else None
-    with _connected(coordinator, token) as client:
+    with _connected(coordinator, token, tls_ca) as client:
         _ack_or_fail(client.delete_offsets(group, shards))
     Console().print(_lit(f"deleted offsets of {group}"))
 

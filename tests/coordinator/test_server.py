@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import queue
+import json
 import shutil
 import subprocess
 import threading
@@ -421,6 +422,34 @@ def test_token_and_tls_are_enforced(tmp_path: Path) -> None:
             plaintext.list_groups()
         plaintext.close()
         good.close()
+    finally:
+        assert s.terminate() == 0, s.log()
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is needed to make a test certificate")
+def test_the_admin_commands_talk_tls_with_the_ca_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from regroup.cli import app
+
+    cert, key = make_cert(tmp_path)
+    s = start_server(tmp_path / "data", "--log", "static:orders=2", "--token", "s3cret",
+                     "--tls-cert", str(cert), "--tls-key", str(key))
+    monkeypatch.delenv("REGROUP_TLS_CA", raising=False)
+    try:
+        c = CoordinatorClient(s.address, token="s3cret", tls_ca=str(cert))
+        M("tls", "a").join(c)
+        c.close()
+        base = ["groups", "list", "-c", s.address, "--token", "s3cret", "--json"]
+        ok = CliRunner().invoke(app, [*base, "--tls-ca", str(cert)])
+        assert ok.exit_code == 0, ok.output
+        assert json.loads(ok.stdout)["groups"] == [{"group": "tls", "kind": "consumer", "state": "stable",
+                                                   "members": 1}]
+        monkeypatch.setenv("REGROUP_TLS_CA", str(cert))  # the same from the environment
+        assert CliRunner().invoke(app, base).exit_code == 0
+        monkeypatch.delenv("REGROUP_TLS_CA")
+        missing = CliRunner().invoke(app, [*base, "--tls-ca", str(tmp_path / "nope.pem")])
+        assert missing.exit_code == 2 and "no such file" in missing.output
     finally:
         assert s.terminate() == 0, s.log()
 
