@@ -11,6 +11,23 @@ parts of fragments outside it); a fetch of a shard answers every fragment overla
 the member works out where the range resumes and what it skips. A group that never used key ranges
 has one fragment per partition, the whole partition, and these rules are exactly the plain ones.
 
+When a key-range commit is behind: a member's commit at ``o`` of a shard it owns, or of a key range
+inside one (a lane), is refused (``OFFSET_OUT_OF_ORDER``) only when ``o`` is below the *floor* of the
+owned shard: the lowest point its owner can have begun at (keyrange rule 4 with a reset offset of 0)
+— the lowest of its fragments if they cover all its keys; no floor at all (0) if some of its keys
+have no fragment, since those began at the member's reset offset, which the core does not know and
+which may be 0 (``earliest``). Why this is enough:
+
+(1) No accepted commit moves any key's committed progress back, whoever sends it (a zombie is refused
+    before, by epoch and ownership): inside the range a fragment above ``o`` keeps its offset and is
+    skipped below it by the next owner (keyrange rule 4), and only keys with no fragment or a lower
+    one get ``o``. The floor only tells a client that a commit is behind where it began.
+(2) A legitimate owner can always commit its progress: its shard's fragments change only by its own
+    commits, which raise them to positions it reached, so some key of the shard keeps a progress at or
+    below its position — provided each lane starts at least where its own keys resume (`microbatch.clip`)
+    and moves only forward; a key that began at the reset offset, below every fragment, is such a key
+    until the owner's first commit covers it.
+
 Bounds: no offset is ever above `regroup.protocol.validation.MAX_OFFSET` (2^53 - 1), and where the
 shell knows where a partition ends in the log it passes that end in, and a member's commit of an
 offset beyond it is refused (`check_within_ends`) — the core cannot know how fresh the end is, so
@@ -25,7 +42,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from regroup.protocol.errors import ErrorCode, ProtocolError
-from regroup.protocol.keyrange import commit_fragments
+from regroup.protocol.keyrange import commit_fragments, resume
 from regroup.protocol.messages import (
     CommittedOffset,
     OffsetCommitRequest,
@@ -151,17 +168,22 @@ def _owned_container(shard: Shard, *owned: Iterable[Shard]) -> Shard | None:
 
 
 def _check_range_forward(group: Group, owned: Shard, shard: Shard, offset: int) -> None:
-    """A key range's commit is behind when it is below every fragment of the shard it is part of
-    (``owned``; itself, unless it is a part of an owned shard): the owner began that shard at the
-    lowest of them (keyrange rule 4), so it cannot have stopped before that. A part of a shard may
-    well be below its own fragments — it began where the whole shard did, and skips what a former
-    owner did — and committing it there lowers nothing (rule 3)."""
+    """A key range's commit is behind when it is below the floor of the shard it is part of
+    (``owned``; itself, unless it is a part of an owned shard): where its owner began that shard at
+    the lowest (keyrange rule 4, with a reset offset of 0 for its keys that no fragment covers — the
+    core does not know the member's reset policy; see the module's rules). A part of a shard may well
+    be below its own fragments — it began where the whole shard did, and skips what a former owner
+    did — and committing it there lowers nothing (keyrange rule 3)."""
     hit = group.offsets_overlapping(owned)
-    if hit and offset < min(c.offset for c in hit.values()):
+    if not hit:
+        return
+    floor = resume({f: c.offset for f, c in hit.items()}, owned, 0).start
+    if offset < floor:
         raise ProtocolError(
             ErrorCode.OFFSET_OUT_OF_ORDER,
-            f"offset {offset} for {shard} is behind every committed offset of its key range (lowest "
-            f"{min(c.offset for c in hit.values())}); committed offsets only move forward")
+            f"offset {offset} for {shard} is behind every committed offset of the key range "
+            f"{owned} it is part of (lowest {floor}, and every key of it has one); committed "
+            "offsets only move forward")
 
 
 def _fragment_records(group: Group, req: OffsetCommitRequest) -> list[Record]:

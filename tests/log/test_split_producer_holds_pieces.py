@@ -1,10 +1,10 @@
-"""Reproduces a bug in the embedded log's producer during a merge (`EmbeddedLog._produce_routed`,
+"""Regression test for a bug in the embedded log's producer during a merge (`EmbeddedLog._produce_routed`,
 regroup/log/embedded/log.py), found by tests/spark/test_source_split.py: while a change of several
 pieces is announced, a producer call whose records go to only some of those pieces lets go of them
 and waits for the new layout — still holding the writer of another announced piece it wrote before.
 The change must take that piece too, so it waits for its deadline and is withdrawn (`LogTimeoutError`),
 and the producer is held as long. `pieces` rule 3 says a producer of an announced piece lets it go at
-its next produce call: it should let go of every announced piece it holds before waiting."""
+its next produce call: it lets go of every announced piece it holds before waiting."""
 
 from __future__ import annotations
 
@@ -12,11 +12,8 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
-
 from regroup.log.base import LogRecord
 from regroup.log.embedded import EmbeddedLog
-from regroup.log.errors import LogTimeoutError
 from regroup.protocol.keyrange import KEY_SPACE, key_hash
 
 KEYS = [f"key-{i}".encode() for i in range(64)]
@@ -24,9 +21,6 @@ LOW = next(k for k in KEYS if key_hash(k, 0) < KEY_SPACE // 2)
 HIGH = next(k for k in KEYS if key_hash(k, 0) >= KEY_SPACE // 2)
 
 
-@pytest.mark.xfail(strict=True, raises=LogTimeoutError, reason=(
-    "log bug: a producer waiting for an announced change keeps the writers of the announced pieces "
-    "its current call does not write to, so the change cannot take them before its deadline"))
 def test_a_merge_completes_while_a_producer_writes_only_one_of_the_merged_pieces(tmp_path: Path) -> None:
     with EmbeddedLog(tmp_path / "log", fsync="never") as producer, \
             EmbeddedLog(tmp_path / "log", fsync="never") as admin:
@@ -41,7 +35,7 @@ def test_a_merge_completes_while_a_producer_writes_only_one_of_the_merged_pieces
                 while not stop.is_set():
                     producer.produce("t", 0, [LogRecord(LOW, b"x", 0)])
                     time.sleep(0.005)
-            except BaseException as e:  # today: PartitionLockedError racing the withdrawn change
+            except BaseException as e:  # e.g. PartitionLockedError racing a withdrawn change
                 errors.append(e)
 
         writer = threading.Thread(target=keep_writing_the_low_keys)

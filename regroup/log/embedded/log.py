@@ -16,9 +16,11 @@ Rules of this module:
    partition open for writing refuses to write there: the lock is the parent's.
 5. A partition split on the producer side (`layout`, `pieces`) is written and read piece by piece:
    a produce call routes each record to the open piece of its key and appends there (one atomic
-   append per piece); a writer that takes a piece's lock checks the layout afterwards and never
-   appends to a sealed or announced piece; a read of keys follows `Layout.reading`. A partition
-   never split costs one ``stat`` more per produce and read call, nothing else.
+   append per piece); while a change is announced it first lets go of every announced piece this
+   instance holds, then waits only if it has records for one; a writer that takes a piece's lock
+   checks the layout afterwards and never appends to a sealed or announced piece; a read of keys
+   follows `Layout.reading`. A partition never split costs one ``stat`` more per produce and read
+   call, nothing else.
 """
 
 from __future__ import annotations
@@ -170,10 +172,13 @@ class EmbeddedLog:
                             "into pieces: a keyless record has no piece to go to. Give it a key, or "
                             "merge the partition back whole first.")
                     by_piece.setdefault(layout.open_piece_at(key_hash(key, 0)).id, []).append(i)
+            if pending is not None:
+                # `pieces` rule 3: let go of every announced piece held, not only those this call
+                # writes: the change must take them all, and we may be about to wait for it.
+                self._release(topic, partition, pending.pieces)
             waiting = False
             for pid, idxs in sorted(by_piece.items()):
                 if pending is not None and pid in pending.pieces:
-                    self._release(topic, partition, [pid])
                     waiting = True
                     continue
                 try:

@@ -17,10 +17,12 @@ Rules of this module:
    writer lock (`writer` rule 1) from reading that end until the new layout is written: no record
    can be appended to a piece after the end it is sealed at. A producer that takes a piece's writer
    lock checks the layout afterwards (`EmbeddedLog`), so it never appends to a sealed piece.
-3. The procedure first announces the change (`Layout.announce`, with a deadline): a producer holding
-   an announced piece lets it go at its next produce call and waits for the new layout. If the lock
-   is not free before the deadline, the change is withdrawn and the caller told who holds it. Only
-   producers of the announced pieces wait; the others write on.
+3. The procedure first announces the change (`Layout.announce`, with a deadline): at its next
+   produce call to the partition a producer lets go of every announced piece it holds, whether or
+   not that call writes to it (a change of several pieces needs them all), and waits for the new
+   layout if the call has records for an announced piece. If a lock is not free before the
+   deadline, the change is withdrawn and the caller told who holds it. Only producers with records
+   for the announced pieces wait; the others write on.
 4. One change at a time per partition (``layout.lock``, taken without blocking); a crashed change
    leaves at most unpublished piece directories, which the next change removes, and an announcement
    that expires by itself.
