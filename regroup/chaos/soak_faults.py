@@ -34,10 +34,8 @@ from regroup.chaos.soak_rig import Rig
 from regroup.chaos.soak_schedule import Fault, corrupt
 from regroup.chaos.soak_verify import Window, first_refusal
 
-#: Known findings about a damaged store, each with the strict-xfail test that shows it (rule 5).
-_TESTS = "tests/chaos/test_store_findings.py::"
-KNOWN_UNCLEAR = _TESTS + "test_a_damaged_store_file_is_refused_with_a_clear_message"
-KNOWN_WRONG = _TESTS + "test_a_changed_byte_in_a_stored_record_is_detected"
+# No known findings about a damaged store are left (rule 5): the ones tests/chaos/test_store_findings.py
+# kept as strict xfails are fixed (every stored row has a checksum, a damaged file is refused clearly).
 
 
 @dataclass
@@ -221,7 +219,7 @@ def _store_corrupt(rig: Rig, f: Fault) -> Handled:
         verdict = "undetected, state intact" if same else "UNDETECTED, state WRONG"
         if not same:
             rig.finding("store-corrupt", f"{what}: the coordinator started and described the group otherwise "
-                                         f"than from the good file", known=KNOWN_WRONG)
+                                         f"than from the good file")
         message = "started on the damaged file"
     else:
         message = _last(tried)
@@ -229,8 +227,8 @@ def _store_corrupt(rig: Rig, f: Fault) -> Handled:
                  and not any(ln.startswith("Traceback") for ln in tried.lines))
         verdict = "detected" if clear else "detected, unclear message"
         if not clear:
-            rig.finding("store-corrupt", f"{what}: refused with status {tried.status} and a traceback: "
-                                         f"{message}", known=KNOWN_UNCLEAR)
+            rig.finding("store-corrupt", f"{what}: refused unclearly (status {tried.status}): "
+                                         f"{message}")
     rig.check_durable(stopped, f"fault #{f.index} (damaged store, good file put back)")
     return Handled(verdict, f"{what}; {message[:200]}; good file put back")
 

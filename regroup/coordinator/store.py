@@ -2,10 +2,10 @@
 
 Layout of ``<data dir>/coordinator.db``::
 
-    meta(key, value)            format version
-    records(seq, data)          the record log after the last snapshot, seq = global record number
-    snapshot(pos, data)         Coordinator.snapshot() as of meta.snapshot_seq
-    history(id, group_id, ...)  epoch history entries (bounded per group at each compaction)
+    meta(key, value)                 store format (`FORMAT`), snapshot_seq
+    records(seq, data, crc)          the record log after the last snapshot, seq = global record number
+    snapshot(pos, data, crc)         Coordinator.snapshot() as of meta.snapshot_seq
+    history(id, group_id, ..., crc)  epoch history entries (bounded per group at each compaction)
 
 Writes happen on one writer thread. Group commit: every append that arrived while the previous
 transaction was being committed (fsynced: ``synchronous=FULL``) goes into the next single transaction.
@@ -20,6 +20,31 @@ record written, and recovery reads at most about twice the live state.
 
 A write that fails (disk full, I/O error) stops the store for good: the in-memory state is ahead of
 the disk, so the service must stop and recover from what is durable (fail-stop).
+
+Integrity (store format 2). SQLite keeps no checksum of its pages by default, and a changed digit of a
+committed offset still decodes as a valid offset, so every row carries its own: ``crc`` is the CRC-32
+(`checksum`) of the row's key and text — ``seq`` and ``data`` for a record, ``pos`` and ``data`` for a
+snapshot row (so a row moved to another place does not pass either), the fields for a history entry.
+It is computed when the row is written and verified when recovery reads it. CRC-32 (``zlib.crc32``:
+C code in the standard library, as the embedded log's frames use; CRC32C is no better against random
+damage and would need a package) catches every damage within 32 consecutive bits — a flipped bit,
+a changed digit or letter — and all but 2^-32 of the rest: enough for the failure model (flipped bits,
+torn or zeroed sectors). It is no defence against deliberate changes, which whoever can write the file
+can make consistent anyway. Besides the checksums, recovery checks what rows cannot show one by one:
+the records follow the snapshot without a gap, none is left at or below ``snapshot_seq``, the
+snapshot rows are numbered without a gap. Anything wrong — a row that fails its checksum or does not
+decode, a missing row, or SQLite's own "file is not a database" / "database disk image is malformed"
+— is a `StoreError` naming the file, the row and what was wrong, and the coordinator refuses to start
+(never starts on state it cannot trust). The cost is one CRC-32 per row written, about a microsecond,
+next to a commit that fsyncs (milliseconds) or shares its fsync with a thousand rows.
+
+A data dir written before checksums existed (store format 1: the same tables without ``crc``) is
+upgraded at its first open by this version, in one transaction: the column is added, the checksum of
+every existing row computed and the format set to 2. Those old rows are thereby trusted as they are
+(nothing earlier can tell whether they changed); every row written later is checked from its first
+write. An older regroup refuses a format-2 store ("written in store format 2") instead of adding rows
+without checksums to it. The ``crc`` column is nullable in both (``ALTER TABLE`` cannot add a NOT NULL
+column without a default), so one schema serves both; in format 2 a NULL checksum is damage.
 """
 
 from __future__ import annotations
@@ -29,36 +54,72 @@ import contextlib
 import fcntl
 import heapq
 import itertools
+import json
+import logging
 import os
 import queue
 import sqlite3
 import threading
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import IO
 
 from regroup.coordinator import codec
 from regroup.coordinator.history import HistoryOp
+from regroup.coordinator.streams_codec import shown
 from regroup.protocol.outcome import AnyRecord
 from regroup.rpc.types import EpochChange
+
+log = logging.getLogger("regroup.coordinator")
 
 DB_FILE = "coordinator.db"
 LOCK_FILE = "LOCK"
 
+#: The store's format, kept in ``meta.format``: 1 = records in `codec` format 1 without checksums
+#: (upgraded at open), 2 = the same with a checksum per row (written by this version).
+FORMAT = 2
+_UPGRADABLE = 1
+if codec.FORMAT != 1:  # a programming error: the stored text changes, so the store format must too
+    raise ImportError(f"codec.FORMAT is {codec.FORMAT}: give the store a new FORMAT and an upgrade for it")
+
+# Tables as an upgraded format-1 store has them too: ``crc`` nullable (see the module docstring).
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS records (seq INTEGER PRIMARY KEY, data TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS snapshot (pos INTEGER PRIMARY KEY, data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS records (seq INTEGER PRIMARY KEY, data TEXT NOT NULL, crc INTEGER);
+CREATE TABLE IF NOT EXISTS snapshot (pos INTEGER PRIMARY KEY, data TEXT NOT NULL, crc INTEGER);
 CREATE TABLE IF NOT EXISTS history (
     id INTEGER PRIMARY KEY AUTOINCREMENT, group_id TEXT NOT NULL, at_unix_ms INTEGER NOT NULL,
-    kind TEXT NOT NULL, epoch INTEGER NOT NULL, cause TEXT NOT NULL);
+    kind TEXT NOT NULL, epoch INTEGER NOT NULL, cause TEXT NOT NULL, crc INTEGER);
 CREATE INDEX IF NOT EXISTS history_by_group ON history (group_id, id);
 """
 
+#: What an operator can do about a damaged file (the end of every such refusal).
+_WHAT_TO_DO = ("restore the data dir from a backup (sqlite3 coordinator.db \".backup copy.db\" makes one), "
+               "or move it away to start with an empty store (every group and committed offset is then lost)")
+
 
 class StoreError(Exception):
-    """The store cannot be used: locked by another process, another format, or a failed write."""
+    """The store cannot be used: locked by another process, another format, damaged, or a failed write."""
+
+
+def checksum(key: int, text: str) -> int:
+    """The CRC-32 stored beside a record (``key`` its seq) or a snapshot row (``key`` its pos)."""
+    return zlib.crc32(f"{key}:{text}".encode())
+
+
+def history_checksum(group_id: object, at_unix_ms: object, kind: object, epoch: object,
+                     cause: object) -> int:
+    """The CRC-32 stored beside an epoch-history entry: of its fields as a JSON array (so that a
+    field read back with another type, ``"5"`` for ``5``, fails it too)."""
+    return zlib.crc32(json.dumps([group_id, at_unix_ms, kind, epoch, cause], separators=(",", ":"),
+                                 default=repr).encode())
+
+
+def _sql_checksum(key: object, text: object) -> int | None:
+    """`checksum` as an SQL function for the upgrade: NULL for a row already damaged (load refuses it)."""
+    return checksum(key, text) if isinstance(key, int) and isinstance(text, str) else None
 
 
 @dataclass
@@ -74,11 +135,27 @@ class Loaded:
 
 
 class SqliteLog:
-    """The database file. Not thread-safe: one thread at a time (recovery, then the writer)."""
+    """The database file. Not thread-safe: one thread at a time (recovery, then the writer).
+
+    A file SQLite cannot read, or one in another format, is a `StoreError` here already."""
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        try:
+            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as e:
+            raise self._refused(e) from e
+        try:
+            self._open()
+        except sqlite3.Error as e:
+            self._db.close()
+            raise self._refused(e) from e
+        except BaseException:
+            self._db.close()
+            raise
+
+    def _open(self) -> None:
+        path = self.path
         mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         if str(mode).lower() != "wal":
             raise StoreError(f"{path}: SQLite refused WAL mode (got {mode!r}); use a local file system")
@@ -86,50 +163,135 @@ class SqliteLog:
         self._db.executescript(_SCHEMA)
         row = self._db.execute("SELECT value FROM meta WHERE key='format'").fetchone()
         if row is None:
-            self._db.execute("INSERT INTO meta VALUES ('format', ?), ('snapshot_seq', '0')",
-                             (str(codec.FORMAT),))
-        elif row[0] != str(codec.FORMAT):
+            self._db.execute("INSERT INTO meta VALUES ('format', ?), ('snapshot_seq', '0')", (str(FORMAT),))
+        elif row[0] == str(_UPGRADABLE):
+            self._upgrade()
+        elif row[0] != str(FORMAT):
             raise StoreError(f"{path} was written in store format {row[0]}, this version reads format "
-                             f"{codec.FORMAT}")
+                             f"{FORMAT} (and upgrades format {_UPGRADABLE})")
+
+    def _upgrade(self) -> None:
+        """Format 1 -> 2: add the checksums, in one transaction (module docstring)."""
+        db = self._db
+        db.create_function("regroup_checksum", 2, _sql_checksum, deterministic=True)
+        db.create_function("regroup_history_checksum", 5, history_checksum, deterministic=True)
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for table in ("records", "snapshot", "history"):
+                columns = {c for (_, c, *_) in db.execute(f"PRAGMA table_info({table})")}
+                if "crc" not in columns:
+                    db.execute(f"ALTER TABLE {table} ADD COLUMN crc INTEGER")
+            n = db.execute("UPDATE records SET crc = regroup_checksum(seq, data)").rowcount
+            n += db.execute("UPDATE snapshot SET crc = regroup_checksum(pos, data)").rowcount
+            h = db.execute("UPDATE history SET crc = regroup_history_checksum(group_id, at_unix_ms, kind, "
+                           "epoch, cause)").rowcount
+            db.execute("UPDATE meta SET value=? WHERE key='format'", (str(FORMAT),))
+            db.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
+            raise
+        log.info("%s: store format %d upgraded to %d: checksums added to %d records and snapshot rows "
+                 "and %d history entries as they were (checked from now on)", self.path, _UPGRADABLE,
+                 FORMAT, n, h)
+
+    def _damaged(self, what: str) -> StoreError:
+        return StoreError(f"{self.path} is damaged: {what}; {_WHAT_TO_DO}")
+
+    def _refused(self, e: sqlite3.Error) -> StoreError:
+        """SQLite's own error at open or recovery: damage when SQLite says so (SQLITE_CORRUPT,
+        SQLITE_NOTADB), otherwise a file it cannot use here (permissions, a full or failing disk)."""
+        if getattr(e, "sqlite_errorcode", 0) & 0xFF in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+            return self._damaged(f"SQLite cannot read it ({e})")
+        return StoreError(f"{self.path}: SQLite cannot use it ({e}); check the data dir's permissions and "
+                          f"its disk")
 
     def _meta_int(self, key: str) -> int:
         row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
-        return int(row[0]) if row else 0
+        if row is None:
+            return 0
+        try:
+            return int(row[0])
+        except (TypeError, ValueError):
+            raise self._damaged(f"meta.{key} must be a number, found {shown(row[0])}") from None
 
     def load(self, upto_seq: int | None = None) -> Loaded:
-        """Everything recovery reads. ``upto_seq``: only the records up to that sequence number (the
-        state as it was then; StoreError if a snapshot already covers more than that)."""
+        """Everything recovery reads, each row checked (module docstring). ``upto_seq``: only the records
+        up to that sequence number (the state as it was then; StoreError if a snapshot already covers
+        more than that)."""
+        try:
+            return self._load(upto_seq)
+        except sqlite3.Error as e:
+            raise self._refused(e) from e
+
+    def _load(self, upto_seq: int | None) -> Loaded:
         t0 = time.perf_counter()
+        db = self._db
         snapshot_seq = self._meta_int("snapshot_seq")
         if upto_seq is not None and upto_seq < snapshot_seq:
             raise StoreError(f"{self.path}: the snapshot covers records up to {snapshot_seq}; the state as "
                              f"of record {upto_seq} is gone")
-        records = [codec.decode(d) for (d,) in self._db.execute("SELECT data FROM snapshot ORDER BY pos")]
+        records = []
+        for expected, (pos, data, crc) in enumerate(db.execute("SELECT pos, data, crc FROM snapshot "
+                                                               "ORDER BY pos")):
+            if pos != expected:
+                raise self._damaged(f"snapshot row {expected} is missing (the next row has pos {shown(pos)})")
+            records.append(self._record("snapshot row", pos, data, crc))
         n_snapshot = len(records)
+        (first,) = db.execute("SELECT MIN(seq) FROM records").fetchone()
+        if first is not None and first <= snapshot_seq:
+            raise self._damaged(f"record {first} is still there though the snapshot covers every record up "
+                                f"to {snapshot_seq} (meta.snapshot_seq or the records table changed)")
         last_seq = snapshot_seq
         last = 2**63 - 1 if upto_seq is None else upto_seq
-        tail = "SELECT seq, data FROM records WHERE seq > ? AND seq <= ? ORDER BY seq"
-        for seq, data in self._db.execute(tail, (snapshot_seq, last)):
-            records.append(codec.decode(data))
+        tail = "SELECT seq, data, crc FROM records WHERE seq > ? AND seq <= ? ORDER BY seq"
+        for seq, data, crc in db.execute(tail, (snapshot_seq, last)):
+            if seq != last_seq + 1:
+                raise self._damaged(f"record {last_seq + 1} is missing (the row after record {last_seq} "
+                                    f"has seq {shown(seq)})")
+            records.append(self._record("record", seq, data, crc))
             last_seq = seq
-        rows = self._db.execute("SELECT group_id, at_unix_ms, kind, epoch, cause FROM history ORDER BY id")
-        history = [HistoryOp(g, EpochChange(at, kind, epoch, cause)) for g, at, kind, epoch, cause in rows]
+        history = []
+        rows = db.execute("SELECT id, group_id, at_unix_ms, kind, epoch, cause, crc FROM history ORDER BY id")
+        for hid, g, at, kind, epoch, cause, crc in rows:
+            actual = history_checksum(g, at, kind, epoch, cause)
+            if crc != actual:
+                fields = shown([g, at, kind, epoch, cause], 160)
+                raise self._damaged(f"history entry {hid} {fields} fails its checksum: stored "
+                                    f"{_hex(crc)}, computed {actual:08x}")
+            history.append(HistoryOp(g, EpochChange(at, kind, epoch, cause)))
         return Loaded(records, n_snapshot, len(records) - n_snapshot, last_seq, history,
                       time.perf_counter() - t0)
 
+    def _record(self, what: str, key: int, data: object, crc: object) -> AnyRecord:
+        """The record of one row, once its checksum matched; StoreError naming the row otherwise."""
+        if not isinstance(data, str):
+            raise self._damaged(f"{what} {key} reads as {_as_read(data)}, not as the text of a record")
+        actual = checksum(key, data)
+        if crc != actual:
+            raise self._damaged(f"{what} {key} {shown(data, 160)} fails its checksum: stored {_hex(crc)}, "
+                                f"computed {actual:08x} (the row changed after it was written)")
+        try:
+            return codec.decode(data)
+        except codec.CodecError as e:  # written like this (its checksum matched): not damage on disk
+            raise StoreError(f"{self.path}: {what} {key} cannot be read by this version though its checksum "
+                             f"is right (written by a newer regroup?): {e}") from e
+
     def append(self, rows: Sequence[tuple[int, str]], history: Sequence[HistoryOp]) -> None:
-        """One transaction; durable when this returns."""
+        """One transaction; durable when this returns. ``rows``: (seq, encoded record)."""
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
-            db.executemany("INSERT INTO records (seq, data) VALUES (?, ?)", rows)
+            db.executemany("INSERT INTO records (seq, data, crc) VALUES (?, ?, ?)",
+                           [(seq, text, checksum(seq, text)) for seq, text in rows])
             for op in history:
                 if op.entry is None:
                     db.execute("DELETE FROM history WHERE group_id=?", (op.group_id,))
                 else:
                     e = op.entry
-                    db.execute("INSERT INTO history (group_id, at_unix_ms, kind, epoch, cause) VALUES "
-                               "(?, ?, ?, ?, ?)", (op.group_id, e.at_unix_ms, e.kind, e.epoch, e.cause))
+                    fields = (op.group_id, e.at_unix_ms, e.kind, e.epoch, e.cause)
+                    db.execute("INSERT INTO history (group_id, at_unix_ms, kind, epoch, cause, crc) VALUES "
+                               "(?, ?, ?, ?, ?, ?)", (*fields, history_checksum(*fields)))
             db.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
@@ -142,7 +304,8 @@ class SqliteLog:
         db.execute("BEGIN IMMEDIATE")
         try:
             db.execute("DELETE FROM snapshot")
-            db.executemany("INSERT INTO snapshot (pos, data) VALUES (?, ?)", enumerate(snapshot))
+            db.executemany("INSERT INTO snapshot (pos, data, crc) VALUES (?, ?, ?)",
+                           [(pos, text, checksum(pos, text)) for pos, text in enumerate(snapshot)])
             db.execute("DELETE FROM records WHERE seq <= ?", (upto_seq,))
             db.execute("UPDATE meta SET value=? WHERE key='snapshot_seq'", (str(upto_seq),))
             known = {g for (g,) in db.execute("SELECT DISTINCT group_id FROM history")}
@@ -266,6 +429,15 @@ class _Writer(threading.Thread):
             self._stats.on_compact(len(encoded), time.perf_counter() - t0)
 
 
+def _hex(crc: object) -> str:
+    return f"{crc:08x}" if isinstance(crc, int) else _as_read(crc)
+
+
+def _as_read(value: object) -> str:
+    """A value SQLite gave back, for a message: NULL, or its Python type and (cut) repr."""
+    return "NULL" if value is None else f"{type(value).__name__} {shown(value)}"
+
+
 class DurableStore:
     """The asyncio face of the store: append records, await their durability, compact now and then.
 
@@ -294,7 +466,8 @@ class DurableStore:
 
     # ---------------------------------------------------------------- lifecycle
     def open(self) -> Loaded:
-        """Lock the data dir, open the database and read everything back (before `start`)."""
+        """Lock the data dir, open the database and read everything back, checked (before `start`);
+        `StoreError` if it cannot be used (module docstring)."""
         os.makedirs(self.data_dir, exist_ok=True)
         lock = open(os.path.join(self.data_dir, LOCK_FILE), "a+")  # noqa: SIM115 - held until close
         try:
@@ -303,9 +476,17 @@ class DurableStore:
             lock.close()
             raise StoreError(f"{self.data_dir} is in use by another coordinator process (cannot lock "
                              f"{LOCK_FILE}); stop it or use another --data-dir") from e
-        self._lock_file = lock
-        self._log = SqliteLog(os.path.join(self.data_dir, DB_FILE))
-        loaded = self._log.load()
+        try:
+            sqlite_log = SqliteLog(os.path.join(self.data_dir, DB_FILE))
+            try:
+                loaded = sqlite_log.load()
+            except BaseException:
+                sqlite_log.close()
+                raise
+        except BaseException:  # refused (damaged, another format): nothing stays open or locked
+            lock.close()
+            raise
+        self._lock_file, self._log = lock, sqlite_log
         self._next_seq = self._durable_seq = loaded.last_seq
         self._next_seq += 1
         self._since_snapshot = loaded.tail_records

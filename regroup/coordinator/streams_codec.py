@@ -11,7 +11,9 @@ Rules (the consumer-group records' rules in `codec`, extended):
    topology ``{subtopology: [source topics]}``.
 3. Decoding checks the type of every field and says which record and which field was wrong (a
    damaged record is refused, never misread). A stored topology is checked again by `Topology`'s own
-   rules. Errors are `ValueError`s; `codec.decode` wraps them in its `CodecError`.
+   rules. Errors are `ValueError`s; `codec.decode` wraps them in its `CodecError`. The field readers
+   (``read_int``, ``read_str``, ...) are shared with `codec`'s consumer records, which follow this
+   rule too.
 4. The tags and field orders are a storage format, like the consumer records': adding a tag is
    backwards compatible (old data still decodes), changing one needs a new ``codec.FORMAT``.
 
@@ -52,7 +54,8 @@ from regroup.protocol.streams.records import (
 )
 from regroup.protocol.streams.topology import Subtopology, TaskId, Topology
 
-__all__ = ["DECODERS", "to_list"]
+__all__ = ["DECODERS", "read_dict", "read_int", "read_list", "read_opt_int", "read_opt_str", "read_str",
+           "shown", "to_list"]
 
 # ---------------------------------------------------------------------------------------- encoding
 
@@ -104,48 +107,55 @@ def to_list(r: StreamsRecord) -> list[Any]:
 
 
 # ---------------------------------------------------------------------------------------- decoding
-# Each reader takes the value and what it is ("the member's process id"), for the error message.
+# Each reader takes the value and what it is ("the member's process id"), for the error message. The
+# readers are shared with `codec`, whose consumer records follow rule 3 too.
 
 
-def _int(x: object, what: str) -> int:
+def shown(x: object, limit: int = 80) -> str:
+    """``repr(x)`` cut to ``limit`` characters: a damaged field can be large, the message stays a line."""
+    text = repr(x)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def read_int(x: object, what: str) -> int:
     if isinstance(x, bool) or not isinstance(x, int):  # JSON true would pass isinstance(int)
-        raise ValueError(f"{what} must be an integer, found {x!r}")
+        raise ValueError(f"{what} must be an integer, found {shown(x)}")
     return x
 
 
-def _opt_int(x: object, what: str) -> int | None:
-    return None if x is None else _int(x, what)
+def read_opt_int(x: object, what: str) -> int | None:
+    return None if x is None else read_int(x, what)
 
 
-def _str(x: object, what: str) -> str:
+def read_str(x: object, what: str) -> str:
     if not isinstance(x, str):
-        raise ValueError(f"{what} must be a string, found {x!r}")
+        raise ValueError(f"{what} must be a string, found {shown(x)}")
     return x
 
 
-def _opt_str(x: object, what: str) -> str | None:
-    return None if x is None else _str(x, what)
+def read_opt_str(x: object, what: str) -> str | None:
+    return None if x is None else read_str(x, what)
 
 
-def _list(x: object, what: str, length: int | None = None) -> list[Any]:
+def read_list(x: object, what: str, length: int | None = None) -> list[Any]:
     if not isinstance(x, list):
-        raise ValueError(f"{what} must be a list, found {x!r}")
+        raise ValueError(f"{what} must be a list, found {shown(x)}")
     if length is not None and len(x) != length:
         raise ValueError(f"{what} must have {length} elements, found {len(x)}")
     return x
 
 
-def _dict(x: object, what: str) -> dict[str, Any]:
+def read_dict(x: object, what: str) -> dict[str, Any]:
     if not isinstance(x, dict):
-        raise ValueError(f"{what} must be an object, found {x!r}")
+        raise ValueError(f"{what} must be an object, found {shown(x)}")
     return x
 
 
 def _untasks(x: object, what: str) -> frozenset[TaskId]:
     out: set[TaskId] = set()
-    for sub, parts in _dict(x, what).items():
-        listed = [_int(p, f"a partition of subtopology {sub!r} in {what}")
-                  for p in _list(parts, f"the partitions of subtopology {sub!r} in {what}")]
+    for sub, parts in read_dict(x, what).items():
+        listed = [read_int(p, f"a partition of subtopology {sub!r} in {what}")
+                  for p in read_list(parts, f"the partitions of subtopology {sub!r} in {what}")]
         if len(set(listed)) != len(listed):
             raise ValueError(f"{what}: subtopology {sub!r} has a partition listed twice: {listed}")
         out.update(TaskId(sub, p) for p in listed)
@@ -153,7 +163,7 @@ def _untasks(x: object, what: str) -> frozenset[TaskId]:
 
 
 def _unmember_tasks(x: object, what: str) -> MemberTasks:
-    active, standby, warmup = _list(x, what, 3)
+    active, standby, warmup = read_list(x, what, 3)
     return MemberTasks(_untasks(active, f"the active tasks of {what}"),
                        _untasks(standby, f"the standby tasks of {what}"),
                        _untasks(warmup, f"the warm-up tasks of {what}"))
@@ -161,9 +171,9 @@ def _unmember_tasks(x: object, what: str) -> MemberTasks:
 
 def _untopology(x: object) -> Topology:
     subs = []
-    for sid, topics in _dict(x, "the topology").items():
-        names = [_str(t, f"a source topic of subtopology {sid!r}")
-                 for t in _list(topics, f"the source topics of subtopology {sid!r}")]
+    for sid, topics in read_dict(x, "the topology").items():
+        names = [read_str(t, f"a source topic of subtopology {sid!r}")
+                 for t in read_list(topics, f"the source topics of subtopology {sid!r}")]
         subs.append(Subtopology(sid, frozenset(names)))
     try:
         return Topology(tuple(subs))
@@ -172,57 +182,58 @@ def _untopology(x: object) -> Topology:
 
 
 def _untopic_counts(x: object) -> dict[str, int]:
-    return {t: _int(n, f"the partition count of source topic {t!r}")
-            for t, n in sorted(_dict(x, "the source topics").items())}
+    return {t: read_int(n, f"the partition count of source topic {t!r}")
+            for t, n in sorted(read_dict(x, "the source topics").items())}
 
 
 def _unmember(x: object) -> StreamsMember | None:
     if x is None:
         return None
-    instance, process, timeout = _list(x, "the member", 3)
-    return StreamsMember(_opt_str(instance, "the member's instance id"),
-                         _str(process, "the member's process id"),
-                         _int(timeout, "the member's rebalance timeout"))
+    instance, process, timeout = read_list(x, "the member", 3)
+    return StreamsMember(read_opt_str(instance, "the member's instance id"),
+                         read_str(process, "the member's process id"),
+                         read_int(timeout, "the member's rebalance timeout"))
 
 
 def _uncurrent(x: object) -> StreamsCurrent | None:
     if x is None:
         return None
-    epoch, previous, status, assigned, pending = _list(x, "the member's current assignment", 5)
+    epoch, previous, status, assigned, pending = read_list(x, "the member's current assignment", 5)
     try:
-        member_status = MemberStatus(_str(status, "the member's status"))
+        member_status = MemberStatus(read_str(status, "the member's status"))
     except ValueError:
         known = ", ".join(repr(s.value) for s in MemberStatus)
-        raise ValueError(f"the member's status must be one of {known}, found {status!r}") from None
-    return StreamsCurrent(_int(epoch, "the member's epoch"), _int(previous, "the member's previous epoch"),
+        raise ValueError(f"the member's status must be one of {known}, found {shown(status)}") from None
+    return StreamsCurrent(read_int(epoch, "the member's epoch"),
+                          read_int(previous, "the member's previous epoch"),
                           member_status, _unmember_tasks(assigned, "the assigned tasks"),
                           _unmember_tasks(pending, "the tasks pending revocation"))
 
 
 def _group(v: list[Any]) -> str:
-    return _str(v[1], "the group id")
+    return read_str(v[1], "the group id")
 
 
 def _member_id(v: list[Any]) -> str:
-    return _str(v[2], "the member id")
+    return read_str(v[2], "the member id")
 
 
 def _offset(v: list[Any]) -> StreamsOffsetRecord:
-    shard = Shard(_str(v[2], "the topic"), _int(v[3], "the partition"))
-    return StreamsOffsetRecord(_group(v), shard, _opt_int(v[4], "the offset"),
-                               _str(v[5], "the commit metadata"), _int(v[6], "the commit epoch"))
+    shard = Shard(read_str(v[2], "the topic"), read_int(v[3], "the partition"))
+    return StreamsOffsetRecord(_group(v), shard, read_opt_int(v[4], "the offset"),
+                               read_str(v[5], "the commit metadata"), read_int(v[6], "the commit epoch"))
 
 
 #: ``tag -> (record type name, array length with the tag, decoder)``; `codec` checks the length.
 DECODERS: Mapping[str, tuple[str, int, Callable[[list[Any]], StreamsRecord]]] = {
     "sE": ("StreamsEpochRecord", 3,
-           lambda v: StreamsEpochRecord(_group(v), _opt_int(v[2], "the group epoch"))),
+           lambda v: StreamsEpochRecord(_group(v), read_opt_int(v[2], "the group epoch"))),
     "sY": ("TopologyRecord", 3, lambda v: TopologyRecord(_group(v), _untopology(v[2]))),
     "sS": ("SourceTopicsRecord", 3, lambda v: SourceTopicsRecord(_group(v), _untopic_counts(v[2]))),
     "sM": ("StreamsMemberRecord", 4,
            lambda v: StreamsMemberRecord(_group(v), _member_id(v), _unmember(v[3]))),
     "sT": ("StreamsTargetEpochRecord", 3,
-           lambda v: StreamsTargetEpochRecord(_group(v), _int(v[2], "the target epoch"))),
+           lambda v: StreamsTargetEpochRecord(_group(v), read_int(v[2], "the target epoch"))),
     "st": ("StreamsTargetRecord", 4,
            lambda v: StreamsTargetRecord(_group(v), _member_id(v),
                                          None if v[3] is None else _unmember_tasks(v[3], "the target"))),

@@ -2,12 +2,15 @@
 
 The soak damages ``coordinator.db`` while the coordinator is stopped and expects a refusal at start
 with a clear message (``regroup coordinator: ...`` on stderr, exit status 2), never a coordinator that
-starts on wrong state. Each test here is a finding: strict xfail until the coordinator is fixed (then
-remove the mark, and the entry in `regroup.chaos.soak_faults`' known findings).
+starts on wrong state. Each test here was a finding of the soak, kept as a strict xfail until it was
+fixed: SQLite's own errors at open are turned into that refusal, `codec.decode` refuses what is not
+text, and every stored row carries a checksum (`regroup.coordinator.store`). The store's own tests
+(tests/coordinator/test_store_integrity.py) check each kind of damage one by one.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -93,15 +96,13 @@ def _null_row(db: Path) -> None:
     con.close()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a damaged store is refused with a traceback and exit status 1: run_coordinator catches StoreError, "
-    "LogError, ValueError and OSError, not sqlite3.DatabaseError ('file is not a database', 'database disk "
-    "image is malformed'); and codec.decode's own error path raises TypeError on a row that reads as NULL "
-    "(text[:200] on None), so that the CodecError meant for it is never raised"))
-@pytest.mark.parametrize("damage", [_garbage_header, _truncated, _null_row],
-                         ids=["garbage-header", "truncated", "null-row"])
+@pytest.mark.parametrize(("damage", "said"), [
+    (_garbage_header, "SQLite cannot read it (file is not a database)"),
+    (_truncated, "SQLite cannot read it (database disk image is malformed)"),
+    (_null_row, "reads as NULL, not as the text of a record"),
+], ids=["garbage-header", "truncated", "null-row"])
 def test_a_damaged_store_file_is_refused_with_a_clear_message(good_store: Path, tmp_path: Path,
-                                                              damage: object) -> None:
+                                                              damage: object, said: str) -> None:
     data = _copy(good_store, tmp_path)
     damage(data / "coordinator.db")  # type: ignore[operator]
     status, err = _start(data)
@@ -109,27 +110,32 @@ def test_a_damaged_store_file_is_refused_with_a_clear_message(good_store: Path, 
     last = err.strip().splitlines()[-1]
     assert "Traceback" not in err, err[-2000:]
     assert status == 2 and last.startswith("regroup coordinator:"), err[-2000:]
-    assert "coordinator.db" in last, last
+    assert "coordinator.db is damaged" in last and said in last, last
+    assert "restore the data dir from a backup" in last, last  # what the operator can do
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "stored records carry no checksum and SQLite pages have none by default: a changed digit of a "
-    "committed offset decodes as another valid offset, and the coordinator starts and serves it"))
 def test_a_changed_byte_in_a_stored_record_is_detected(good_store: Path, tmp_path: Path) -> None:
     data = _copy(good_store, tmp_path)
     db = data / "coordinator.db"
     raw = db.read_bytes()
     assert str(OFFSET).encode() in raw
     db.write_bytes(raw.replace(str(OFFSET).encode(), str(OFFSET - 9).encode()))  # ...789 -> ...780
-    s = None
-    try:
-        s = start_server(data, *ARGS)
-    except RuntimeError:
-        return  # refused at start: detected
+    status, err = _start(data)
+    assert status is not None, "the coordinator started on a changed record"
+    last = err.strip().splitlines()[-1]
+    assert status == 2 and last.startswith("regroup coordinator:") and "Traceback" not in err, err[-2000:]
+    # the first changed row is named, with the changed text and both checksums
+    assert re.search(r"coordinator\.db is damaged: record \d+ .*123456780.* fails its checksum: stored "
+                     r"[0-9a-f]{8}, computed [0-9a-f]{8}", last), last
+
+
+def test_the_good_store_starts_and_serves_its_offsets(good_store: Path, tmp_path: Path) -> None:
+    """The other tests' control: the undamaged copy starts (the checks do not refuse a good file)."""
+    s = start_server(_copy(good_store, tmp_path), *ARGS)
     c = CoordinatorClient(s.address, timeout_s=10)
     try:
         offsets = c.describe_group("g").description.offsets
-        assert offsets[Shard("orders", 0)].offset == OFFSET, "it serves a changed committed offset"
+        assert {p: offsets[Shard("orders", p)].offset for p in range(3)} == dict.fromkeys(range(3), OFFSET)
     finally:
         c.close()
-        s.terminate()
+        assert s.terminate() == 0, s.log()

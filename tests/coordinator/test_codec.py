@@ -298,3 +298,48 @@ def test_a_damaged_record_is_refused_naming_the_problem(text: str, problem: str)
 def test_only_records_encode() -> None:
     with pytest.raises(TypeError, match="not a record"):
         codec.encode(("sE", "g", 1))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("value", "problem"), [
+    (None, "it must be text, found NoneType None"),
+    (5, "it must be text, found int 5"),
+    (b'["E","g",1]', "it must be text, found bytes b'[\"E\",\"g\",1]'"),
+])
+def test_what_is_not_text_is_refused_naming_what_it_is(value: object, problem: str) -> None:
+    """A damaged row can read back as NULL, a number or a blob: refused as such, never a TypeError."""
+    with pytest.raises(codec.CodecError, match=re.escape(problem)):
+        codec.decode(value)
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ('["E", "g", 1.5]', "GroupEpochRecord: the group epoch must be an integer, found 1.5"),
+    ('["E", "g", 1e400]', "the group epoch must be an integer, found inf"),
+    ('["E", 7, 1]', "GroupEpochRecord: the group id must be a string, found 7"),
+    ('["O", "g", "t", 0, "42", "", 1]', "OffsetRecord: the offset must be an integer, found '42'"),
+    ('["O", "g", "t", true, 42, "", 1]', "the partition must be an integer, found True"),
+    ('["O", "g", "t", 0, 42, null, 1]', "the commit metadata must be a string, found None"),
+    ('["K", "g", "t", 0, "0", 2147483648, 42, "", 1]', "the key range's lo must be an integer, found '0'"),
+    ('["S", "g", {"a": "1"}]', "SubscribedTopicsRecord: the partition count of topic 'a' must be an integer"),
+    ('["X", "g", "t.*", [1]]', "an element of the topics the regex matched must be a string, found 1"),
+    ('["M", "g", "m", ["i", null, "1000", ["t"], null, null, []]]',
+     "MemberMetadataRecord: the member's rebalance timeout must be an integer, found '1000'"),
+    ('["M", "g", "m", ["i", null, 1000]]', "the member's metadata must have 7 elements, found 3"),
+    ('["T", "g", 3, null]', "TargetEpochRecord: the assignor must be a string, found None"),
+    ('["t", "g", "m", {"t": [0, 0]}]', "TargetMemberRecord: the target: a partition is listed twice"),
+    ('["t", "g", "m", {"t": ["0"]}]', "a partition of topic 't' in the target must be an integer, found '0'"),
+    ('["t", "g", "m", {"t": [[0, 0]]}]', "a key range of topic 't' in the target must have 3 elements"),
+    ('["t", "g", "m", ["t", 0]]', "the target must be an object"),
+    ('["C", "g", "m", [1, 0, "lost", {}, {}]]', "the member's status must be one of 'stable'"),
+    ('["C", "g", "m", [1, 0, "stable", {"t": [0]}, {"t": "1"}]]',
+     "the partitions of topic 't' in the partitions pending revocation must be a list, found '1'"),
+    ('["P", "g", "t", "4"]', "ParallelismRecord: the parallelism must be an integer, found '4'"),
+    ('["H", "g", ["kafka:k", "yes", {}]]',
+     "the external hold's known flag must be true or false, found 'yes'"),
+    ('["H", "g", ["kafka:k", true]]', "an external hold [holder, known, shards] must have 3 elements"),
+    ('["R", "g", "soon", 1]', "EmptySinceRecord: the empty-since time must be an integer, found 'soon'"),
+])
+def test_a_consumer_record_with_a_field_of_the_wrong_type_is_refused(text: str, problem: str) -> None:
+    """Every field's type is checked, as for streams records: a damaged number is refused, not misread
+    (a string offset would otherwise have been served as an offset)."""
+    with pytest.raises(codec.CodecError, match=re.escape(problem)):
+        codec.decode(text)

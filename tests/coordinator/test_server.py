@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import queue
 import json
+import queue
 import shutil
 import subprocess
 import threading
@@ -427,7 +427,8 @@ def test_token_and_tls_are_enforced(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is needed to make a test certificate")
-def test_the_admin_commands_talk_tls_with_the_ca_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_admin_commands_talk_tls_with_the_ca_given(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 
     from regroup.cli import app

@@ -6,7 +6,7 @@ import asyncio
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -53,19 +53,28 @@ def test_records_are_on_disk_when_durable_returns(tmp_path: Path) -> None:
 
 
 class SlowLog(SqliteLog):
-    """Each transaction takes 50 ms, like a slow fsync."""
+    """Each transaction waits until the test opens ``gate``, like a slow fsync that lasts exactly as
+    long as the test needs (no timing assumption)."""
 
     calls: list[int]
+    gate: threading.Event
 
     def append(self, rows: Sequence[tuple[int, str]], history: Sequence[HistoryOp]) -> None:
         self.calls.append(len(rows))
-        time.sleep(0.05)
+        assert self.gate.wait(timeout=30), "the test never opened the gate"
         super().append(rows, history)
+
+
+async def _until(condition: Callable[[], bool], what: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.001)
 
 
 def test_group_commit_batches_everything_that_arrived_during_the_last_commit(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    SlowLog.calls = []
+    SlowLog.calls, SlowLog.gate = [], threading.Event()
     monkeypatch.setattr(store_mod, "SqliteLog", SlowLog)
 
     async def main() -> None:
@@ -73,8 +82,9 @@ def test_group_commit_batches_everything_that_arrived_during_the_last_commit(
         s.open()
         s.start(asyncio.get_running_loop())
         first = s.append(offsets(1))
-        await asyncio.sleep(0.01)  # the first transaction is now running
+        await _until(lambda: SlowLog.calls == [1], "the first transaction to be running")
         seqs = [s.append(offsets(2, 100 + 2 * i)) for i in range(200)]
+        SlowLog.gate.set()
         await asyncio.gather(*(s.durable(q) for q in seqs), s.durable(first))
         assert s.durable_seq == 401
         await s.close()
@@ -85,7 +95,7 @@ def test_group_commit_batches_everything_that_arrived_during_the_last_commit(
 
 def test_answers_wait_for_their_own_and_all_earlier_records(tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    SlowLog.calls = []
+    SlowLog.calls, SlowLog.gate = [], threading.Event()
     monkeypatch.setattr(store_mod, "SqliteLog", SlowLog)
 
     async def main() -> None:
@@ -94,8 +104,9 @@ def test_answers_wait_for_their_own_and_all_earlier_records(tmp_path: Path,
         s.start(asyncio.get_running_loop())
         seq = s.append(offsets(1))
         waiter = asyncio.create_task(s.durable(seq))
-        await asyncio.sleep(0.02)
+        await _until(lambda: SlowLog.calls == [1], "the transaction to be running")
         assert not waiter.done()  # still being written
+        SlowLog.gate.set()
         await waiter
         await s.durable(s.tail)  # nothing pending: returns at once
         await s.close()
