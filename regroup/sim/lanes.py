@@ -6,8 +6,9 @@ its own position, each committed on its own. `LaneProcessor` is `workload.Proces
 ``regroup sim check --splits`` (the log's layout: regroup/sim/pieces.py). The rules, the consumer's:
 
 1. **Lanes at assignment.** A newly assigned shard that resumes at ``r`` (`driver.resumes`) is cut at
-   the open pieces' boundaries with the consumer's own `lanes_of`; every lane begins at
-   ``r.start`` and skips what ``r`` says (`Resume.skips` works by key, whatever the lane).
+   the open pieces' boundaries with the consumer's own `lanes_of`; every lane begins where ``r``
+   says for its own keys (`microbatch.clip`: ``r.start``, or higher when skips cover all its keys)
+   and skips what ``r`` says there.
 2. **A lane's position** is lazy, as a shard's (`workload.Processor`): the batch fetched at one poll
    boundary is processed by the next. A fetch reads the lane's keys from the sealed pieces at or
    above its position, in offset order, then from the open piece holding them to its end (layout
@@ -38,7 +39,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from regroup.protocol.keyrange import Resume
-from regroup.protocol.microbatch import lanes_of
+from regroup.protocol.microbatch import clip, lanes_of
 from regroup.protocol.shard import Shard
 from regroup.sim.invariants import KEY_ORDER
 from regroup.sim.keyranges import RecordKeys, scanned
@@ -71,6 +72,14 @@ class _Lane:
     resume: Resume | None
 
 
+def _begun(resume: Resume, lane: Shard, at: int, first_fetch: int) -> _Lane:
+    """A new lane from ``at``, or further where its own keys resume (the consumer's `clip`)."""
+    own = clip(resume, lane.lo, lane.hi)
+    start = max(at, own.start)
+    left = own.passed(start) if own.skip else own
+    return _Lane(start, first_fetch, start, left if left.skip else None)
+
+
 class LaneProcessor(Processor):
     """`Processor` whose shards are read in lanes, one per open piece of their partition."""
 
@@ -92,7 +101,7 @@ class LaneProcessor(Processor):
         super().activate(shard, offset, t, resume)
         w = self.work[shard]
         cut = lanes_of(shard, self.pieces.open_ranges(shard.topic, shard.partition))
-        self.lanes[shard] = {s: _Lane(offset, w.first_fetch, offset, w.resume) for s in cut}
+        self.lanes[shard] = {s: _begun(w.resume or Resume(offset), s, offset, w.first_fetch) for s in cut}
         self._sync_at(w.first_fetch)
 
     def release(self, shard: Shard, t: int, clean: bool) -> None:
