@@ -237,9 +237,8 @@ def test_a_query_through_splits_merges_and_hand_offs_reads_every_record_once(
     committing. The group keeps fragments (`commit_fragments`); new owners resume from them.
 
     * every lane of a planned batch lies in one open piece, and ends at most where that piece ends;
-    * no commit is behind where its keys resume (the lowest fragment of them, 0 where none; the
-      coordinator also refuses one below every fragment of its shard when some keys have none: see
-      tests/protocol/test_commit_gap.py);
+    * no commit is behind where its keys resume (the lowest fragment of them, 0 where none) — the
+      coordinator's own floor (`regroup.protocol.offsets`; tests/protocol/test_commit_gap.py);
     * each batch reads from its checkpoint JSON alone what it planned, and a process restarted now
       (the shard taken from the group's fragments, with the pieces of now) replays a subset of it;
     * every record is processed at least once, and in a clean run exactly once, each key in order.
