@@ -276,9 +276,10 @@ class Consumer:
         if paused != self._paused:
             self._paused = paused
             if paused:
-                log.warning("cut off from the coordinator for %d ms since its last answer, after the "
-                            "connection broke: it may have given the partitions away; pausing until it "
-                            "answers again", self._membership.failover_grace_ms)
+                log.warning("cut off from the coordinator: no answer for longer than the failover grace "
+                            "(%d ms) allows, with the connection broken or the coordinator restarted; it "
+                            "may have given the partitions away: pausing until it answers again",
+                            self._membership.failover_grace_ms)
             else:
                 log.info("the coordinator answers again: resuming")
         return paused

@@ -13,7 +13,7 @@ how its kind of heartbeat travels and what its owner reports.
 It also keeps the member's `Contact` (`regroup.protocol.failover`): it reports when the nudge stream
 opens and ends and which heartbeats were answered with what grace, heartbeats when the contact rule
 asks for one, and answers `cut_off()` — whether the owner must stop processing because the
-coordinator may have given its work away after its connection broke.
+coordinator may have given its work away after its connection broke or after a restart.
 """
 
 from __future__ import annotations
@@ -146,7 +146,8 @@ class Session(Generic[M]):
 
     def cut_off(self) -> bool:
         """Must the owner stop processing? True while the coordinator may have fenced this member
-        because its connection broke and it has not heard from it since (failover rule 7)."""
+        because its connection broke, or because it restarted, and it has not heard from it since
+        (failover rules 7 and 12)."""
         with self._lock:
             return self._contact.cut_off(now_ms())
 
@@ -293,8 +294,8 @@ class Session(Generic[M]):
                         self._enqueue(self._machine.request_failed(now_ms()))
                 else:
                     with self._lock:
-                        if resp.error is ErrorCode.NONE:  # sent at ``now``: rule 7 counts from there
-                            self._contact.answered(now, resp.failover_grace_ms)
+                        if resp.error is ErrorCode.NONE:  # sent at ``now``: rules 7, 12 count from there
+                            self._contact.answered(now, resp.failover_grace_ms, resp.heartbeat_interval_ms)
                         self._enqueue(self._machine.on_response(resp, now_ms()))
                 continue
             with self._lock:

@@ -187,6 +187,9 @@ class CoordinatorService:
     def start(self) -> None:
         self.metrics.topics.set(len(self.coord.topics))
         self._observe()
+        # Recovered members that do not show up soon are fenced (`regroup.protocol.failover` rule 4).
+        with contextlib.suppress(_Stopped):
+            self._step(lambda c: c.serving(self.clock()))
         self._rearm_timer(self.coord.next_deadline())
         self._tasks.append(asyncio.create_task(self._observe_loop(), name="regroup-metrics"))
         self._tasks.append(asyncio.create_task(self._retention_loop(), name="regroup-retention"))

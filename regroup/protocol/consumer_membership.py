@@ -18,7 +18,8 @@ Rules the methods keep (docs/protocol.md explains them):
   that the members it affects can be nudged at once;
 * each member then moves toward its target on its own heartbeats (`reconcile`): no barrier;
 * a dynamic member whose connection broke is fenced at the end of the failover grace unless it
-  heartbeats or reconnects first; a static member waits its session timeout
+  heartbeats or reconnects first, and so is one that does not show up within a heartbeat interval
+  plus the grace after a restart; a static member waits its session timeout
   (`regroup.protocol.failover`);
 * a static member stepping out (-2) keeps its assigned shards reserved for its return (until its
   session times out) but releases at once the shards it was revoking — it committed them before
@@ -61,7 +62,7 @@ from regroup.protocol.causes import (
 )
 from regroup.protocol.config import CoordinatorConfig
 from regroup.protocol.errors import ErrorCode, ProtocolError
-from regroup.protocol.failover import arm_grace, disarm_grace, member_grace
+from regroup.protocol.failover import arm_grace, arm_restart_grace, disarm_grace, member_grace
 from regroup.protocol.fencing import (
     check_epoch,
     check_instance,
@@ -483,6 +484,16 @@ class ConsumerMembership:
         """The member opened a stream again: back to the deadline its last heartbeat set (failover
         rule 3)."""
         disarm_grace(self.timers, group_id, member_id)
+        return Outcome(None)
+
+    def serving(self, now: int) -> Outcome[None]:
+        """The coordinator, recovered, starts serving: every dynamic member must show up within a
+        heartbeat interval plus the grace, or is fenced (failover rule 4)."""
+        grace, interval = self.config.failover_grace_ms, self.config.heartbeat_interval_ms
+        for gid, group in sorted(self.groups.items()):
+            for mid, meta in sorted(group.members.items()):
+                arm_restart_grace(self.timers, grace, interval, gid, mid, meta.instance_id,
+                                  group.current[mid].epoch, now)
         return Outcome(None)
 
     def expire(self, now: int) -> Outcome[None]:

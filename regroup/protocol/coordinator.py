@@ -223,6 +223,12 @@ class Coordinator:
             return self.streams.connection_restored(group_id, member_id, now)
         return self.consumer.connection_restored(group_id, member_id, now)
 
+    def serving(self, now: int) -> Outcome[None]:
+        """The shell, recovered, starts serving at ``now``: members of either kind that do not show up
+        soon are fenced (`regroup.protocol.failover` rule 4). Call it once, after `recover`, when the
+        server listens."""
+        return merged(None, self.consumer.serving(now), self.streams.serving(now))
+
     def update_topics(self, topics: TopicMetadata, now: int) -> Outcome[None]:
         return merged(None, self.consumer.update_topics(topics, now), self.streams.update_topics(topics, now))
 

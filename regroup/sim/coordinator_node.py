@@ -139,6 +139,7 @@ class CoordinatorNode:
         # Recovered with the topics its groups recorded, then told the current ones: a change made
         # while it was down is seen as a change, as on a real restart.
         self._step(lambda c: c.update_topics(self.log.metadata(), now))
+        self._step(lambda c: c.serving(now))  # members that do not show up soon are fenced
 
     # ---------------------------------------------------------------- internals
     def _runtime(self, coord: Coordinator) -> Runtime:

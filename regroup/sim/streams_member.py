@@ -21,6 +21,13 @@ The state model (all sizes in records, all rates in records per second of virtua
 5. A copy that is stopped, lost or left behind by a crash stays on disk, *dormant*, at the position
    it had (a lost active's at most the committed offset: what it processed after its last accepted
    commit is voided, as `regroup.streams.changelog` does), and is reported like any other copy.
+6. A process *cut off* from the coordinator (`regroup.protocol.failover`, the real `Contact`; the
+   simulated members open no nudge stream, so rule 12 is the one that applies: an interval plus the
+   grace after the send of its last answered heartbeat) pauses its actives, as the real streams
+   member does between batches: they neither restore nor process (their state stays where it was),
+   do not count as running for the one-active invariant, and commit nothing, until a heartbeat sent
+   later is answered; then they go on from where they stopped. Standbys and warm-ups go on
+   following: they run nothing the coordinator could have given away.
 
 What the member reports (`StreamsMemberStateMachine.report_offsets`), by promotion policy:
 
@@ -36,8 +43,9 @@ What the member reports (`StreamsMemberStateMachine.report_offsets`), by promoti
   assignor moves actives at once and the new owner restores after the move.
 
 The process shell itself follows `member_node`'s: it wakes for ``next_heartbeat_at`` and
-``session_deadline``, answers every request with exactly one ``on_response`` or ``request_failed``,
-heartbeats at once when nudged, and every callback carries the incarnation it was made for.
+``session_deadline`` (and for the contact rule's heartbeat and cut-off moments), answers every request
+with exactly one ``on_response`` or ``request_failed``, heartbeats at once when nudged, and every
+callback carries the incarnation it was made for.
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from regroup.protocol.errors import ErrorCode
+from regroup.protocol.failover import Contact
 from regroup.protocol.member import Fatal
 from regroup.protocol.messages import Ack, OffsetCommitRequest, OffsetFetchRequest, OffsetFetchResponse
 from regroup.protocol.shard import Shard
@@ -146,7 +155,8 @@ class Copy:
 
     ``pos`` is the source offset the state reflected at ``at``; ``goal`` is where it is heading (the
     committed offset it follows, or an active's start offset). An active is ready (processing) from
-    ``ready_at``.
+    ``ready_at``. A *paused* active (rule 6) stays at ``pos``; it resumes restoring towards ``goal``,
+    or processing from ``pos`` once ``pos`` reached it.
     """
 
     task: TaskId
@@ -162,9 +172,13 @@ class Copy:
     token: int = 0
     #: Restore records of an active already accounted (its ``pos``/``at`` stay its restore's start).
     accounted: int = 0
+    #: An active whose process is cut off from the coordinator (rule 6).
+    paused: bool = False
 
     def state(self, t: int, s: StreamsSimSettings) -> int:
         """The source offset the local state reflects at ``t``."""
+        if self.role == ACTIVE and self.paused:
+            return self.pos
         if self.role == ACTIVE:
             if t < self.ready_at:
                 return min(self.goal, self.pos + s.restore_per_s * (t - self.at) // 1000)
@@ -173,8 +187,14 @@ class Copy:
             return min(self.goal, self.pos + s.restore_per_s * max(0, t - self.at) // 1000)
         return self.pos
 
+    def ready(self, t: int) -> bool:
+        """An active whose state is restored at ``t``: it processes (or did, until it paused)."""
+        return self.pos >= self.goal if self.paused else t >= self.ready_at
+
     def restored(self, t: int, s: StreamsSimSettings) -> int:
         """Changelog records replayed since ``at`` (restore work, not processing)."""
+        if self.role == ACTIVE and self.paused:
+            return 0
         if self.role == ACTIVE:
             return min(self.goal, self.pos + s.restore_per_s * (min(t, self.ready_at) - self.at) // 1000) \
                 - self.pos
@@ -212,6 +232,9 @@ class SimStreamsMember:
         self._wake_token = 0
         self._restart_at: int | None = None
         self._committed: dict[TaskId, int] = {}
+        #: Failover rules 7-12, the member side (rule 6): when the process is cut off.
+        self.contact = Contact()
+        self._cut_off = False
 
     @property
     def member_id(self) -> str | None:
@@ -236,6 +259,7 @@ class SimStreamsMember:
             retry_backoff_ms=s.retry_backoff_ms, retry_backoff_max_ms=s.retry_backoff_max_ms)
         self.alive, self.leaving, self.op, self._restart_at, self._wake_at = True, False, None, None, None
         self._committed = {}
+        self.contact, self._cut_off = Contact(), False
         now = self.engine.now
         self.sm.report_offsets(self.view(now), now)  # the copies on disk go with the join
         self.sys.register(member_id, self)
@@ -345,10 +369,13 @@ class SimStreamsMember:
         sm = self.sm
         if not self.alive or sm is None:
             return
-        due = [t for t in (sm.next_heartbeat_at(), sm.session_deadline()) if t is not None]
+        now = self.engine.now
+        cut_at = None if self._cut_off else self.contact.cut_off_at()
+        wakes = (sm.next_heartbeat_at(), sm.session_deadline(), self.contact.heartbeat_due_at(), cut_at)
+        due = [t for t in wakes if t is not None]
         if not due:
             return
-        at = max(min(due), self.engine.now)
+        at = max(min(due), now)
         if self._wake_at is not None and self._wake_at <= at:
             return
         self._wake_at = at
@@ -363,6 +390,11 @@ class SimStreamsMember:
         assert self.sm is not None
         now = self.engine.now
         self._act(self.sm.tick(now))
+        self._keep_contact()
+        due = self.contact.heartbeat_due_at()
+        if self._live(inc) and due is not None and due <= now:  # failover rule 9: stay in contact
+            self.contact.asked(now)
+            self.sm.nudge(now)
         if self._live(inc) and self.sm.heartbeat_due(now):
             self._heartbeat()
         self._after()
@@ -379,13 +411,16 @@ class SimStreamsMember:
         inc = self.incarnation
         node = self.sys.node
         self.sys.network.call(self.slot, f"shb {req.member_id} e={req.member_epoch}",
-                              lambda: node.streams_heartbeat(req), lambda resp: self._on_reply(inc, resp),
-                              lambda: self._on_fail(inc), self.s.request_timeout_ms)
+                              lambda: node.streams_heartbeat(req),
+                              lambda resp: self._on_reply(inc, now, resp), lambda: self._on_fail(inc),
+                              self.s.request_timeout_ms)
 
-    def _on_reply(self, inc: int, resp: StreamsHeartbeatResponse) -> None:
+    def _on_reply(self, inc: int, sent: int, resp: StreamsHeartbeatResponse) -> None:
         if not self._live(inc):
             return
         assert self.sm is not None
+        if resp.error is ErrorCode.NONE:  # the contact rule counts from the send
+            self.contact.answered(sent, resp.failover_grace_ms, resp.heartbeat_interval_ms)
         self._act(self.sm.on_response(resp, self.engine.now))
         self._after()
 
@@ -403,7 +438,40 @@ class SimStreamsMember:
         if sm.state in _DONE and (self.leaving or sm.state is StreamsMemberState.FATAL):
             self._stopped()
             return
+        self._keep_contact()
         self._reschedule()
+
+    # ---------------------------------------------------------------- the contact rule (rule 6)
+    def _keep_contact(self) -> None:
+        """Pause the actives when the process is cut off from the coordinator, resume them when it
+        is back in contact."""
+        now = self.engine.now
+        cut = self.contact.cut_off(now)
+        if cut != self._cut_off:
+            self._cut_off = cut
+            what = "CUT OFF: pauses its actives" if cut else "in contact again"
+            self.engine.trace(f"{self.member_id}: {what}")
+        for _, c in sorted(self.disk.copies.items()):
+            if c.role != ACTIVE:
+                continue
+            if cut and not c.paused:
+                self._pause(c, now)
+            elif not cut and c.paused:
+                self._run_active(c, now)
+
+    def _pause(self, c: Copy, now: int) -> None:
+        self.settle(c, now)
+        x = c.state(now, self.s)
+        self.sys.ledger.end(c.task, self.member_id or "", now)
+        c.pos, c.goal, c.at, c.accounted, c.paused = x, max(c.goal, x), now, 0, True
+        c.token += 1
+
+    def _run_active(self, c: Copy, now: int) -> None:
+        """Start (or resume) an active: restore from ``pos`` to ``goal``, then process (rule 4)."""
+        c.paused, c.at, c.accounted = False, now, 0
+        c.ready_at = now + _ceil_ms(c.goal - c.pos, self.s.restore_per_s)
+        c.token += 1
+        self.sys.ledger.begin(c.task, self.member_id or "", self.disk.process_id, now, c.ready_at)
 
     def _stopped(self) -> None:
         assert self.sm is not None
@@ -457,11 +525,11 @@ class SimStreamsMember:
             c = self.disk.copies.get(t)
             if c is None or c.role != ACTIVE:
                 continue
-            pos = c.state(now, self.s)
+            pos, ready = c.state(now, self.s), c.ready(now)
             self._to_dormant(c, now)
             self.sys.ledger.end(t, self.member_id or "", now)
             positions[t] = pos
-            if now >= c.ready_at:
+            if ready:
                 offsets[self.s.shard(t)] = pos
         for t in sorted(a.tasks.standby | a.tasks.warmup):
             c = self.disk.copies.get(t)
@@ -539,11 +607,13 @@ class SimStreamsMember:
                 c = self.disk.copies[t] = Copy(t, DORMANT, 0, now)
             self.settle(c, now)
             local = min(c.pos, start)  # anything past the accepted commit is void
-            c.role, c.pos, c.at, c.goal, c.caught, c.accounted = ACTIVE, local, now, start, False, 0
-            c.ready_at = now + _ceil_ms(start - local, self.s.restore_per_s)
-            c.token += 1
+            c.role, c.pos, c.goal, c.caught = ACTIVE, local, start, False
             self._committed[t] = start
-            self.sys.ledger.begin(t, self.member_id or "", self.disk.process_id, now, c.ready_at)
+            if self.contact.cut_off(now):  # it starts paused (rule 6)
+                c.at, c.accounted, c.paused = now, 0, True
+                c.token += 1
+            else:
+                self._run_active(c, now)
         self._started(inc, a)
 
     def _drop(self, tasks: MemberTasks, why: str) -> None:
@@ -574,7 +644,7 @@ class SimStreamsMember:
     def _to_dormant(self, c: Copy, now: int) -> None:
         self.settle(c, now)
         c.pos, c.at, c.accounted = c.state(now, self.s), now, 0
-        c.role, c.caught = DORMANT, False
+        c.role, c.caught, c.paused = DORMANT, False, False
         c.token += 1
 
     def rebase(self, c: Copy, now: int, goal: int) -> None:
@@ -654,7 +724,7 @@ class SimStreamsMember:
         now = self.engine.now
         offsets: dict[Shard, int] = {}
         for t, c in sorted(self.disk.copies.items()):
-            if c.role == ACTIVE and now >= c.ready_at:
+            if c.role == ACTIVE and not c.paused and now >= c.ready_at:
                 pos = c.state(now, self.s)
                 if pos > self._committed.get(t, -1):
                     offsets[self.s.shard(t)] = pos

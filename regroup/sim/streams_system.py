@@ -119,6 +119,7 @@ class StreamsCoordinatorNode(CoordinatorNode):
         self.up = True
         self.engine.trace(f"coord: RECOVERED from {len(self.store.records)} records")
         self._step(lambda c: c.update_topics(self.log.metadata(), now))
+        self._step(lambda c: c.serving(now))  # members that do not show up soon are fenced
 
 
 def _format(tasks: MemberTasks) -> str:

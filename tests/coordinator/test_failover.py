@@ -165,3 +165,57 @@ def test_a_member_whose_stream_ends_is_fenced_after_the_grace_unless_it_heartbea
         for client in clients.values():
             client.close()
         assert s.terminate() == 0, s.log()
+
+
+def test_after_a_coordinator_restart_a_member_that_died_meanwhile_is_fenced_and_live_ones_stay(
+        tmp_path: Path) -> None:
+    """Failover rule 4: the coordinator and a dynamic member are killed with kill -9; the coordinator
+    restarts from its data dir. The dead member is fenced a heartbeat interval plus the grace after
+    the coordinator serves again — not a session timeout (60 s) later — and the live members, which
+    reconnect and heartbeat, keep their membership and their partitions."""
+    interval_ms = 1_000
+    log_dir = tmp_path / "log"
+    log = open_log(str(log_dir))
+    log.create_topic("orders", PARTITIONS)
+    log.close()
+    s = coordinator(tmp_path, "--log", str(log_dir), "--heartbeat-interval-ms", str(interval_ms))
+    procs = {name: consumer(tmp_path, s.address, log_dir, name) for name in ("keeper", "other", "victim")}
+    c = CoordinatorClient(s.address, timeout_s=10)
+    try:
+        def stable(want: int) -> Callable[[], dict[str, frozenset[object]] | None]:
+            def check() -> dict[str, frozenset[object]] | None:
+                d = details(c)
+                if d is None or d.description.state.value != "stable" or len(d.description.members) != want:
+                    return None
+                owned = {m.member_id: m.assigned for m in d.description.members}
+                return owned if sum(map(len, owned.values())) == PARTITIONS and all(owned.values()) else None
+            return check
+
+        before = wait_for("a stable group of three", stable(3))
+        ids = {n: wait_for(f"{n}'s member id", lambda n=n: member_id(tmp_path, n)) for n in procs}
+        assert set(ids.values()) == set(before)
+
+        s.kill9()
+        procs["victim"].kill()
+        procs["victim"].wait(timeout=10)
+        s = s.restart()
+        c.close()
+        c = CoordinatorClient(s.address, timeout_s=10)
+        restarted = time.monotonic()
+
+        after = wait_for("the dead member fenced and the group stable with the two live ones", stable(2),
+                         timeout=SESSION_MS / 1000 / 2)
+        took = time.monotonic() - restarted
+        assert set(after) == {ids["keeper"], ids["other"]}, after
+        for name in ("keeper", "other"):  # live members kept what they had and took the rest
+            assert before[ids[name]] <= after[ids[name]]
+        assert took < SESSION_MS / 1000 / 4, f"{took:.1f} s: the restart waited for the session timeout"
+        assert f"member '{ids['victim']}' fenced (connection lost)" in s.log()
+        for name in ("keeper", "other"):
+            assert f"member '{ids[name]}' fenced" not in s.log()
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait(timeout=10)
+        c.close()
+        assert s.terminate() == 0, s.log()

@@ -14,8 +14,8 @@ from regroup.protocol.causes import Fence, FenceReason, GroupEpochBumped, Member
 from regroup.protocol.config import CoordinatorConfig
 from regroup.protocol.coordinator import Coordinator
 from regroup.protocol.errors import ErrorCode
-from regroup.protocol.failover import Contact, grace_deadline, member_grace
-from regroup.protocol.messages import HeartbeatResponse
+from regroup.protocol.failover import Contact, grace_deadline, member_grace, restart_deadline
+from regroup.protocol.messages import HeartbeatRequest, HeartbeatResponse
 from regroup.protocol.shard import EMPTY, ShardSet
 from regroup.protocol.streams.coordinator import StreamsConfig
 from regroup.protocol.topics import TopicMetadata
@@ -126,7 +126,7 @@ class TestCoordinatorRule:
         assert h.ok(h.join("b", instance_id="i-b")).failover_grace_ms == 0
         assert h.hb("ghost", 3).failover_grace_ms == 0  # error answers say nothing
 
-    def test_a_restarted_coordinator_gives_every_member_a_full_session(self) -> None:
+    def test_a_restarted_coordinator_gives_every_member_a_full_session_until_it_serves(self) -> None:
         h = Harness(config=config())
         settled(h, "a", "b")
         h.coord.connection_lost("g", "b", h.now)
@@ -134,7 +134,50 @@ class TestCoordinatorRule:
         assert coord.next_deadline() == h.now + SESSION
         assert coord.expire(h.now + GRACE).fences == ()
 
+    def test_once_serving_a_dynamic_member_that_does_not_show_up_is_fenced_after_interval_plus_grace(
+            self) -> None:
+        h = Harness(config=config())
+        settled(h, "a", "b", "static-c")
+        recovered_at = h.now + 3_000  # the coordinator was down 3 s
+        coord = Coordinator.recover(h.log, recovered_at, config(), topics=TopicMetadata(h.topics))
+        serving_at = recovered_at + 500  # topics read, port bound
+        assert coord.serving(serving_at).records == ()  # nothing durable
+        assert coord.next_deadline() == serving_at + INTERVAL + GRACE
+        # a heartbeats (its interval came), b never shows up (it died while the coordinator was down)
+        epoch_a = coord.groups["g"].current["a"].epoch
+        owned_a = coord.groups["g"].current["a"].assigned
+        req = HeartbeatRequest("g", "a", epoch_a, owned=owned_a)
+        r = coord.heartbeat(req, serving_at + INTERVAL).response
+        assert r.error is ErrorCode.NONE
+        assert coord.expire(serving_at + INTERVAL + GRACE - 1).fences == ()
+        out = coord.expire(serving_at + INTERVAL + GRACE)
+        assert [(f.member_id, f.reason) for f in out.fences] == [("b", FenceReason.CONNECTION_LOST)]
+        # the static member waits for its session timeout, from the recovery, for a restart of its own
+        assert coord.expire(recovered_at + SESSION - 1).fences == ()
+        assert [f.member_id for f in coord.expire(recovered_at + SESSION).fences] == ["static-c"]
+
+    def test_once_serving_a_member_that_reopens_its_stream_keeps_its_session(self) -> None:
+        h = Harness(config=config())
+        settled(h, "a", "b")
+        coord = Coordinator.recover(h.log, h.now, config(), topics=TopicMetadata(h.topics))
+        coord.serving(h.now)
+        coord.connection_restored("g", "b", h.now + 200)
+        coord.connection_restored("g", "a", h.now + 300)
+        assert coord.expire(h.now + SESSION - 1).fences == ()
+        assert {f.reason for f in coord.expire(h.now + SESSION).fences} == {FenceReason.SESSION_TIMEOUT}
+
+    def test_once_serving_nobody_is_fenced_early_with_the_rule_off(self) -> None:
+        h = Harness(config=config(grace=0))
+        settled(h, "a", "b")
+        coord = Coordinator.recover(h.log, h.now, config(grace=0), topics=TopicMetadata(h.topics))
+        coord.serving(h.now)
+        assert coord.next_deadline() == h.now + SESSION
+
     def test_the_rule(self) -> None:
+        assert restart_deadline(1_000, 3_000, None, 50_000, 10_000) == 14_000
+        assert restart_deadline(1_000, 3_000, "i", 50_000, 10_000) is None
+        assert restart_deadline(0, 3_000, None, 50_000, 10_000) is None
+        assert restart_deadline(1_000, 3_000, None, 12_000, 10_000) is None  # the session ends first
         assert grace_deadline(1_000, None, 50_000, 10_000) == 11_000
         assert grace_deadline(1_000, "i", 50_000, 10_000) is None
         assert grace_deadline(0, None, 50_000, 10_000) is None
@@ -176,18 +219,90 @@ class TestStreamsGroups:
         d.now += GRACE
         assert d.expire().fences == ()
 
+    def test_after_a_restart_a_streams_member_that_does_not_show_up_is_fenced(self) -> None:
+        d = Deployment()
+        d.sg.limits = config()
+        d.join("a", "P1")
+        d.join("b", "P2")
+        d.join("s", "P3", instance_id="i-s")
+        d.settle()
+        d.restart_coordinator()
+        d.sg.limits = config()
+        assert d.sg.serving(d.now).records == ()
+        d.now += INTERVAL
+        d.heartbeat("a")
+        d.now += GRACE
+        out = d.expire()
+        assert [(f.member_id, f.reason) for f in out.fences] == [("b", FenceReason.CONNECTION_LOST)]
+        assert {"a", "s"} <= set(d.group().members)
+
 
 # ------------------------------------------------------------------------------ member side
 class TestContact:
-    def test_never_cut_off_before_a_stream_was_open_or_with_no_grace(self) -> None:
+    def test_never_cut_off_before_its_first_answer_or_with_no_grace(self) -> None:
         c = Contact()
-        c.answered(0, GRACE)
-        assert not c.cut_off(10 * GRACE) and c.heartbeat_due_at() is None  # rule 5: never watched
+        assert not c.cut_off(100 * GRACE) and c.heartbeat_due_at() is None and c.cut_off_at() is None
+        c.answered(0, GRACE, INTERVAL)
         c.stream_opened(0)
         c.stream_closed(10)
         assert c.cut_off(GRACE)
-        c.answered(20, 0)  # a static member, or the rule is off
-        assert not c.cut_off(100 * GRACE) and c.heartbeat_due_at() is None
+        c.answered(20, 0, INTERVAL)  # a static member, or the rule is off (rule 10)
+        assert not c.cut_off(100 * GRACE) and c.heartbeat_due_at() is None and c.cut_off_at() is None
+
+    def test_with_no_stream_cut_off_an_interval_plus_the_grace_after_the_last_answered_send(self) -> None:
+        """Rule 12: a restarted coordinator could fence the member from then on."""
+        c = Contact()
+        c.answered(100, GRACE, INTERVAL)
+        moment = 100 + INTERVAL + GRACE
+        assert c.cut_off_at() == moment
+        assert not c.cut_off(moment - 1) and c.cut_off(moment) and c.cut_off(moment + 10 * SESSION)
+        assert c.heartbeat_due_at() == 100 + INTERVAL  # the answer gets the whole grace (rule 9)
+        c.asked(100 + INTERVAL)
+        assert c.heartbeat_due_at() is None  # once: retries follow the member's backoff
+        c.answered(100 + INTERVAL, GRACE, INTERVAL)  # answered within the grace: never paused
+        assert not c.cut_off(moment) and c.cut_off_at() == moment + INTERVAL
+        assert c.heartbeat_due_at() == 100 + 2 * INTERVAL
+
+    def test_a_slow_answer_costs_a_pause_until_it_arrives(self) -> None:
+        c = Contact()
+        c.answered(0, GRACE, INTERVAL)
+        sent = INTERVAL  # the next heartbeat, on time; its answer takes longer than the grace
+        assert not c.cut_off(sent + GRACE - 1) and c.cut_off(sent + GRACE)
+        c.answered(sent, GRACE, INTERVAL)  # arrives at sent + GRACE + 5, say
+        assert not c.cut_off(sent + GRACE + 5)
+
+    def test_without_an_interval_the_member_is_cut_off_sooner_not_later(self) -> None:
+        c = Contact()
+        c.answered(100, GRACE)  # an answer that does not say its interval
+        assert c.cut_off_at() == 100 + GRACE and c.heartbeat_due_at() == 100 + GRACE // 2
+
+    def test_a_stream_open_since_before_the_moment_keeps_the_member_working(self) -> None:
+        c = Contact()
+        c.answered(0, GRACE, INTERVAL)
+        c.stream_opened(GRACE - 1)  # registered by the coordinator: it restored us (rule 3)
+        assert not c.cut_off(10 * SESSION) and c.cut_off_at() is None and c.heartbeat_due_at() is None
+        c.stream_closed(10 * SESSION)  # from now on rule 7 applies, with its earlier moment
+        assert c.cut_off(10 * SESSION)
+        d = Contact()
+        d.answered(0, GRACE, INTERVAL)
+        d.stream_opened(INTERVAL + GRACE)  # opened once we may have been fenced: still cut off
+        assert d.cut_off(INTERVAL + GRACE) and d.heartbeat_due_at() == INTERVAL + GRACE
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(st.tuples(st.integers(0, INTERVAL), st.integers(0, GRACE - 1)), max_size=30))
+    def test_a_member_that_heartbeats_on_time_and_is_answered_within_the_grace_is_never_cut_off(
+            self, beats: list[tuple[int, int]]) -> None:
+        """Under load: each heartbeat sent when it is due (at the latest, or earlier), each answer
+        slower by anything short of the grace — never a pause."""
+        c = Contact()
+        c.answered(0, GRACE, INTERVAL)
+        for early, answer_ms in beats:
+            due = c.heartbeat_due_at()
+            assert due is not None
+            sent = due - early
+            assert not c.cut_off(sent + answer_ms)
+            c.asked(sent)
+            c.answered(sent, GRACE, INTERVAL)
 
     def test_an_open_stream_keeps_the_member_working_between_heartbeats(self) -> None:
         c = Contact()
@@ -210,9 +325,12 @@ class TestContact:
     def test_a_stream_the_coordinator_ended_itself_is_no_broken_connection(self) -> None:
         c = Contact()
         c.stream_opened(0)
-        c.answered(0, GRACE)
+        c.answered(0, GRACE, INTERVAL)
         c.stream_closed(100, ended_by_coordinator=True)  # it shut down: it reports no loss
-        assert not c.cut_off(10 * GRACE) and c.heartbeat_due_at() is None
+        # not cut off at the grace (rule 7), only when a restart could fence it (rule 12)
+        assert not c.cut_off(INTERVAL + GRACE - 1) and c.heartbeat_due_at() == INTERVAL
+        assert c.cut_off(INTERVAL + GRACE)
+        c.answered(9 * GRACE, GRACE, INTERVAL)  # the restarted coordinator answered
         c.stream_opened(10 * GRACE)  # the new coordinator's stream breaks: the rule applies again
         c.stream_closed(10 * GRACE + 1)
         assert c.cut_off(10 * GRACE + 1)
@@ -223,7 +341,7 @@ class TestContact:
     def test_a_stream_reopened_in_time_ends_it_one_reopened_late_does_not(self) -> None:
         c = Contact()
         c.stream_opened(0)
-        c.answered(0, GRACE)
+        c.answered(0, GRACE, INTERVAL)
         c.stream_closed(100)
         c.stream_opened(GRACE - 1)  # the coordinator restored us before it could fence us
         assert not c.cut_off(10 * GRACE)
@@ -233,13 +351,17 @@ class TestContact:
         assert c.heartbeat_due_at() == 10 * GRACE + 1  # make sure of it at once
         c.answered(10 * GRACE + 2, GRACE)
         assert not c.cut_off(100 * GRACE)
+        c.stream_opened(100 * GRACE)
+        c.answered(100 * GRACE, GRACE, INTERVAL)
+        assert not c.cut_off(100 * SESSION)  # a stream open in time: nothing to fear
 
 
 # ------------------------------------------------------------------------------ invariants
 @dataclass
 class World:
     """One coordinator, a dynamic member "d" with its `Contact`, a static member "s", and "a" that
-    always heartbeats; timers fire exactly at their deadlines, as the service's timer does."""
+    always heartbeats; timers fire exactly at their deadlines, as the service's timer does. The
+    coordinator may restart (from its records; rule 4 once it serves)."""
 
     h: Harness = field(default_factory=lambda: Harness(config=config()))
     state: dict[str, tuple[int, ShardSet]] = field(default_factory=dict)
@@ -254,7 +376,7 @@ class World:
     def __post_init__(self) -> None:
         self.state = settled(self.h, "a", "d", "static-s")
         self.last_ok = dict.fromkeys(self.state, self.h.now)
-        self.contact.answered(self.h.now, GRACE)
+        self.contact.answered(self.h.now, GRACE, INTERVAL)
         self.stream(True)
 
     def advance_to(self, t: int) -> None:
@@ -288,7 +410,7 @@ class World:
             self.state[member] = (r.member_epoch, r.assignment if r.assignment is not None else owned)
             self.last_ok[member] = sent
             if member == "d":
-                self.contact.answered(sent, r.failover_grace_ms)
+                self.contact.answered(sent, r.failover_grace_ms, r.heartbeat_interval_ms)
 
     def stream(self, up: bool) -> None:
         """Member d's stream opens or breaks; both sides see it at the same moment."""
@@ -311,6 +433,23 @@ class World:
     def static_lost(self) -> None:
         self.h.coord.connection_lost("g", "static-s", self.h.now)
 
+    def restart(self, clean: bool, down_ms: int, serving_ms: int) -> None:
+        """The coordinator stops — cleanly (it ends d's stream itself, rule 11) or by crashing (d
+        sees its stream break; nobody reports a loss) — is down ``down_ms`` (no timer fires), recovers
+        from its records and serves ``serving_ms`` later (rule 4). "a" heartbeats as soon as it can."""
+        if self.open:
+            self.contact.stream_closed(self.h.now, ended_by_coordinator=clean)
+            self.open = False
+        self.check()
+        self.h.now += down_ms
+        self.check()
+        topics = TopicMetadata(self.h.topics)
+        self.h.coord = Coordinator.recover(self.h.log, self.h.now, config(), topics=topics)
+        self.h.now += serving_ms
+        self.check()
+        self.h.keep(self.h.coord.serving(self.h.now))
+        self.heartbeat("a")
+
 
 ops = st.lists(st.one_of(
     st.tuples(st.just("wait"), st.integers(1, 3 * GRACE)),
@@ -319,18 +458,23 @@ ops = st.lists(st.one_of(
     st.tuples(st.just("stream"), st.booleans()),
     st.tuples(st.just("ended_by_coordinator")),
     st.tuples(st.just("static_lost")),
+    st.tuples(st.just("restart"), st.booleans(), st.integers(0, 2 * SESSION), st.integers(0, 300)),
 ), max_size=40)
 
 
 @settings(max_examples=300, deadline=None)
 @given(ops)
 @example([("stream", False), ("wait", GRACE), ("stream", True), ("ended_by_coordinator",)])
+@example([("restart", True, 0, 0), ("wait", 3 * GRACE), ("wait", 3 * GRACE)])  # d never heartbeats
+@example([("restart", False, INTERVAL, 0), ("heartbeat", "d", 0, 0), ("ended_by_coordinator",),
+          ("restart", True, 0, 0), ("wait", 3 * GRACE), ("wait", 3 * GRACE)])
 def test_a_member_fenced_for_its_broken_connection_had_stopped_working_and_static_ones_never_are(
         script: list[tuple[object, ...]]) -> None:
     """Safety of the two sides together: from the moment the coordinator fences d for its broken
-    connection until d hears of it, d's own rule has it cut off (it works on nothing the coordinator
-    gave away), whatever its stream did meanwhile. A static member is never fenced for its
-    connection (only at its session timeout)."""
+    connection or after a restart (rules 1 and 4) until d hears of it, d's own rules (7 and 12)
+    have it cut off (it works on nothing the coordinator gave away), whatever its stream and the
+    coordinator did meanwhile. A static member is never fenced for its connection (only at its
+    session timeout)."""
     w = World()
     for op in script:
         if op[0] == "wait":
@@ -342,6 +486,8 @@ def test_a_member_fenced_for_its_broken_connection_had_stopped_working_and_stati
             w.stream(bool(op[1]))
         elif op[0] == "ended_by_coordinator":
             w.ended_by_coordinator()
+        elif op[0] == "restart":
+            w.restart(bool(op[1]), int(op[2]), int(op[3]))  # type: ignore[call-overload]
         else:
             w.static_lost()
     for _, member, reason in w.fences:

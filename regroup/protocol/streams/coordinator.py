@@ -22,7 +22,8 @@ Rules the methods keep:
 4. A heartbeat that fails a check changes nothing, not even the soft lag state: a zombie's report
    is fenced by its epoch like everything else.
 5. A dynamic member whose connection broke is fenced at the end of the failover grace unless it
-   heartbeats or reconnects first; a static member waits its session timeout
+   heartbeats or reconnects first, and so is one that does not show up within a heartbeat interval
+   plus the grace after a restart; a static member waits its session timeout
    (`regroup.protocol.failover`, the same rule as consumer groups').
 """
 
@@ -51,7 +52,7 @@ from regroup.protocol.causes import (
 )
 from regroup.protocol.config import CoordinatorConfig
 from regroup.protocol.errors import ErrorCode, ProtocolError
-from regroup.protocol.failover import arm_grace, disarm_grace, member_grace
+from regroup.protocol.failover import arm_grace, arm_restart_grace, disarm_grace, member_grace
 from regroup.protocol.messages import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
@@ -541,6 +542,16 @@ class StreamsGroups:
     def connection_restored(self, group_id: str, member_id: str, now: int) -> Outcome[None]:
         """The member opened a stream again: back to its session deadline (failover rule 3)."""
         disarm_grace(self.timers, group_id, member_id)
+        return Outcome(None)
+
+    def serving(self, now: int) -> Outcome[None]:
+        """The coordinator, recovered, starts serving: every dynamic member must show up within a
+        heartbeat interval plus the grace, or is fenced (failover rule 4)."""
+        grace, interval = self.limits.failover_grace_ms, self.limits.heartbeat_interval_ms
+        for gid, group in sorted(self.groups.items()):
+            for mid, meta in sorted(group.members.items()):
+                arm_restart_grace(self.timers, grace, interval, gid, mid, meta.instance_id,
+                                  group.current[mid].epoch, now)
         return Outcome(None)
 
     def expire(self, now: int) -> Outcome[None]:
