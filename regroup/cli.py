@@ -464,6 +464,32 @@ def chaos_soak(
         raise typer.Exit(1)
 
 
+@chaos_app.command("abuse")
+def chaos_abuse(
+    abusers: int = typer.Option(6, "--abusers", min=0, help="Abusive client processes."),
+    seconds: float = typer.Option(30.0, "--seconds", min=1.0, help="Seconds of abuse."),
+    members: int = typer.Option(3, "--members", min=1, help="Well-behaved members (the first commits)."),
+    heartbeat_interval_ms: int = typer.Option(1_000, "--heartbeat-interval-ms", min=100,
+                                              help="The coordinator's heartbeat interval: the deadline."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of text."),
+) -> None:
+    """Abusive clients send the largest legal heartbeats (1,000,000 owned partitions) while well-behaved
+    members heartbeat and commit; prints their latency; exit status 1 if one was starved or refused."""
+    import sys
+
+    from regroup.chaos.abuse import Settings, dumps, print_report, run_abuse
+
+    report = run_abuse(Settings(abusers=abusers, seconds=seconds, members=members,
+                                heartbeat_interval_ms=heartbeat_interval_ms),
+                       progress=None if json_output else lambda line: print(line, file=sys.stderr))
+    if json_output:
+        print(dumps(report))
+    else:
+        print_report(report)
+    if not report["ok"]:
+        raise typer.Exit(1)
+
+
 def main() -> None:
     app()
 

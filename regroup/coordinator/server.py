@@ -110,6 +110,11 @@ class ServerConfig:
     history_limit: int = 100
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     max_pending_requests: int = DEFAULT_MAX_PENDING
+    #: Requests this large (bytes) are read off the event loop, in the lane of large requests
+    #: (`regroup.coordinator.large`); at most so many per client (connection) and in all wait there.
+    large_request_bytes: int = CoordinatorConfig().large_request_bytes
+    max_large_requests_per_client: int = CoordinatorConfig().max_large_requests_per_client
+    max_large_requests_waiting: int = CoordinatorConfig().max_large_requests_waiting
     #: How long in-flight calls may finish at shutdown.
     grace_s: float = 1.0
     #: HOST:PORT of the dashboard and its JSON API (None: off).
@@ -138,6 +143,9 @@ class ServerConfig:
             snapshot_every=args.snapshot_every,
             topic_refresh_s=args.topic_refresh_s, history_limit=args.history_limit,
             max_message_bytes=args.max_message_bytes, max_pending_requests=args.max_pending_requests,
+            large_request_bytes=args.large_request_bytes,
+            max_large_requests_per_client=args.max_large_requests_per_client,
+            max_large_requests_waiting=args.max_large_requests_waiting,
             http=args.http,
             streams=StreamsConfig(standby_replicas=args.standby_replicas,
                                   acceptable_recovery_lag=args.acceptable_recovery_lag,
@@ -200,7 +208,10 @@ async def serve(
     config = CoordinatorConfig(session_timeout_ms=cfg.session_timeout_ms,
                                heartbeat_interval_ms=cfg.heartbeat_interval_ms,
                                failover_grace_ms=cfg.failover_grace_ms,
-                               offsets_retention_ms=cfg.offsets_retention_ms, max_groups=cfg.max_groups)
+                               offsets_retention_ms=cfg.offsets_retention_ms, max_groups=cfg.max_groups,
+                               large_request_bytes=cfg.large_request_bytes,
+                               max_large_requests_per_client=cfg.max_large_requests_per_client,
+                               max_large_requests_waiting=cfg.max_large_requests_waiting)
     listen, data_dir = cfg.listen, cfg.data_dir
     tokens = _tokens(cfg)
     loop = asyncio.get_running_loop()
@@ -466,6 +477,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="largest request accepted (larger: RESOURCE_EXHAUSTED)")
     p.add_argument("--max-pending-requests", type=int, default=DEFAULT_MAX_PENDING,
                    help="requests waiting for the event loop beyond which new ones are shed")
+    p.add_argument("--large-request-bytes", type=int, default=CoordinatorConfig().large_request_bytes,
+                   help="requests larger than this are read and checked off the event loop, one at a time "
+                        "(default 65536)")
+    p.add_argument("--max-large-requests-per-client", type=int,
+                   default=CoordinatorConfig().max_large_requests_per_client,
+                   help="large requests one connection may have waiting; one more: RESOURCE_EXHAUSTED "
+                        "(default 1)")
+    p.add_argument("--max-large-requests-waiting", type=int,
+                   default=CoordinatorConfig().max_large_requests_waiting,
+                   help="large requests waiting from all clients; one more: RESOURCE_EXHAUSTED (default 16)")
     p.add_argument("--http", default=None, metavar="HOST:PORT",
                    help="serve the dashboard and its JSON API here (port 0: any; off by default)")
     p.add_argument("--log-level", type=str.lower, choices=[lv.value for lv in LogLevel],

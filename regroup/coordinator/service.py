@@ -24,6 +24,13 @@ and message, never the call's metadata), unexpected exceptions at error with the
 
 A request body that is not the method's protobuf message never reaches a handler: its deserializer
 returns `Malformed` and the call is answered INVALID_ARGUMENT ("malformed Heartbeat request: ...").
+
+A request body over the core's ``large_request_bytes`` is not parsed on the event loop: its
+deserializer returns it `Encoded`, and `regroup.coordinator.large` parses and converts it on the lane
+of large requests — a heartbeat also checked there by the core's own `validate_heartbeat`, whose
+refusal is answered as the step would have answered it (a lane that is full: RESOURCE_EXHAUSTED with
+the core's message naming the limit) — so that the largest legal heartbeats of some clients do not
+delay everyone's heartbeats.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ import grpc.aio
 
 from regroup.coordinator import history as hist
 from regroup.coordinator.ends import LogEnds
+from regroup.coordinator.large import Encoded, LargeRequests, TooManyLargeRequests
 from regroup.coordinator.logs import instance_lookup, log_step
 from regroup.coordinator.metrics import Metrics
 from regroup.coordinator.runtime import Effects, Runtime
@@ -57,6 +65,7 @@ from regroup.protocol.shard import Shard
 from regroup.protocol.streams.messages import StreamsHeartbeatResponse
 from regroup.protocol.timers import MemberKey
 from regroup.protocol.topics import TopicMetadata
+from regroup.protocol.validation import validate_heartbeat
 from regroup.rpc import regroup_pb2 as pb
 from regroup.rpc import streams_wire, wire
 from regroup.rpc.errors import WireError
@@ -67,6 +76,7 @@ log = logging.getLogger("regroup.coordinator")
 
 
 R = TypeVar("R")
+T = TypeVar("T")
 Ctx = grpc.aio.ServicerContext[Any, Any]
 
 
@@ -95,9 +105,10 @@ class Malformed:
         return f"malformed {self.method} request: {self.detail}"
 
 
-def request_parser(method: str, message_type: Any) -> Callable[[bytes], Any]:
+def request_parser(method: str, message_type: Any, large_bytes: int | None = None) -> Callable[[bytes], Any]:
     """``message_type.FromString`` that returns `Malformed` instead of raising (gRPC would answer
-    UNKNOWN with the decoder's exception)."""
+    UNKNOWN with the decoder's exception); a body over ``large_bytes`` is returned `Encoded`, to be
+    parsed on the lane of large requests (`regroup.coordinator.large`), not on the event loop."""
     parse = message_type.FromString
     name = message_type.DESCRIPTOR.full_name
 
@@ -110,7 +121,13 @@ def request_parser(method: str, message_type: Any) -> Callable[[bytes], Any]:
                 text = text.split(": ", 1)[1]
             detail = f"not a valid {name} message" + (f" ({text[:1].lower()}{text[1:200]})" if text else "")
             return Malformed(method, detail)
-    return deserialize
+
+    if large_bytes is None:
+        return deserialize
+
+    def deserialize_or_defer(data: bytes) -> Any:
+        return Encoded(method, data, deserialize) if len(data) > large_bytes else deserialize(data)
+    return deserialize_or_defer
 
 
 def _peer(context: Ctx | None) -> str:
@@ -164,6 +181,8 @@ class CoordinatorService:
         self.ends = LogEnds(getattr(refresher.source, "end_offsets", None) if refresher is not None else None,
                             self.options.end_offsets_timeout_s)
         self.clients: dict[MemberKey, tuple[str, str, int]] = {}
+        #: Where requests over ``large_request_bytes`` are read and checked (`regroup.coordinator.large`).
+        self.large = LargeRequests(coord.config)
         #: Told of every step that wrote records (the dashboard's feed); must be cheap.
         self.on_step: Callable[[Effects[Any]], None] | None = None
         self.stopped = asyncio.Event()
@@ -207,6 +226,7 @@ class CoordinatorService:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self.watchers.close_all()
+        self.large.close()
         if self.refresher is not None:
             self.refresher.close()
 
@@ -367,7 +387,8 @@ class CoordinatorService:
         return await self._member_heartbeat(
             "Heartbeat", request, context,
             lambda msg: wire.heartbeat_request_from_pb(msg, self.coord.config.max_owned_shards),
-            lambda c, req: c.heartbeat(req, self.clock()), wire.heartbeat_response_to_pb, HeartbeatResponse)
+            lambda c, req: c.heartbeat(req, self.clock()), wire.heartbeat_response_to_pb, HeartbeatResponse,
+            check=lambda req: validate_heartbeat(req, self.coord.config))
 
     async def streams_heartbeat(self, request: pb.StreamsHeartbeatRequest, context: Ctx,
                                 ) -> pb.StreamsHeartbeatResponse:
@@ -381,20 +402,37 @@ class CoordinatorService:
 
     async def _member_heartbeat(self, method: str, request: Any, context: Ctx, decode: Callable[[Any], Any],
                                 call: Callable[[Coordinator, Any], Outcome[Any]], encode: Callable[[Any], R],
-                                refused: Callable[..., Any]) -> R:
+                                refused: Callable[..., Any], check: Callable[[Any], None] | None = None) -> R:
         """Either kind of heartbeat: decode (a malformed one is INVALID_REQUEST), one step through
-        the runtime, remember the member's client, answer once durable."""
+        the runtime, remember the member's client, answer once durable. A large one is parsed,
+        decoded and checked by the core's ``check`` on the lane of large requests first (its refusal
+        is the core's answer), and freed there."""
         t0 = time.perf_counter()
+        large = isinstance(request, Encoded)
         try:
-            req = decode(request)
-        except WireError as e:
-            resp = refused(ErrorCode.INVALID_REQUEST, str(e), request.member_id, request.member_epoch,
+            if large:
+                request, req = await self._prepare_large(method, request, context, decode, check)
+                if isinstance(req, (WireError, ProtocolError)):
+                    raise req
+            else:
+                req = decode(request)
+        except (WireError, ProtocolError) as e:
+            code, text = (e.code, e.message) if isinstance(e, ProtocolError) else (ErrorCode.INVALID_REQUEST,
+                                                                                   str(e))
+            resp = refused(code, text, request.member_id, request.member_epoch,
                            self.coord.config.heartbeat_interval_ms)
             self._hb_counters[resp.error].inc()
             self._refused(method, resp.error, resp.message, context, (request.group_id, request.member_id))
             return encode(resp)
         key = (req.group_id, req.member_id)
-        eff = self._step(lambda c: call(c, req), key, req.instance_id)
+        epoch, instance_id = req.member_epoch, req.instance_id
+        try:
+            eff = self._step(lambda c: call(c, req), key, instance_id)
+        finally:
+            if large:
+                box = [req]
+                del req  # (also the step's closure's): the lane frees the request's shards
+                self.large.dispose(box)
         resp = eff.response
         if resp.error is ErrorCode.NONE and resp.member_epoch >= 0:
             self._seen(key, context)
@@ -403,11 +441,50 @@ class CoordinatorService:
         self.metrics.heartbeat_latency.observe(time.perf_counter() - t0)
         if resp.error is not ErrorCode.NONE:
             self._refused(method, resp.error, resp.message, context, key)
-        elif req.member_epoch == STATIC_LEAVE_EPOCH:
+        elif epoch == STATIC_LEAVE_EPOCH:
             # No epoch moves, so the core reports no cause: the answer is the news.
             log.info("group %r: member %r (instance %r) stepped out; it keeps its assignment until its "
-                     "session times out", req.group_id, req.member_id, req.instance_id)
+                     "session times out", key[0], key[1], instance_id)
         return encode(resp)
+
+    async def _prepare_large(self, method: str, request: Encoded, context: Ctx, decode: Callable[[Any], T],
+                             check: Callable[[T], None] | None,
+                             ) -> tuple[Any, T | WireError | ProtocolError]:
+        """A large request's message and what it decodes to, parsed, decoded and checked on the lane:
+        the decoded value, or what ``decode`` (`WireError`) or ``check`` (`ProtocolError`) raised."""
+        def work() -> tuple[Any, T | WireError | ProtocolError | None]:
+            msg = request.parse(request.data)
+            if isinstance(msg, Malformed):
+                return msg, None
+            try:
+                value = decode(msg)
+                if check is not None:
+                    check(value)
+            except (WireError, ProtocolError) as e:
+                return msg, e
+            return msg, value
+
+        msg, out = await self._lane(method, context, work)
+        if isinstance(msg, Malformed) or out is None:
+            await self._abort(context, method, grpc.StatusCode.INVALID_ARGUMENT, msg.message)
+        return msg, out
+
+    async def _lane(self, method: str, context: Ctx, work: Callable[[], T]) -> T:
+        """``work`` on the lane of large requests; a refusal (the core's rule) ends the call."""
+        try:
+            return await self.large.prepare(_peer(context), work)
+        except TooManyLargeRequests as e:
+            await self._abort(context, method, grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
+
+    async def _parsed(self, method: str, request: Any, context: Ctx) -> Any:
+        """A request's message: parsed on the lane when it arrived `Encoded`."""
+        if not isinstance(request, Encoded):
+            return request
+        encoded = request
+        msg = await self._lane(method, context, lambda: encoded.parse(encoded.data))
+        if isinstance(msg, Malformed):
+            await self._abort(context, method, grpc.StatusCode.INVALID_ARGUMENT, msg.message)
+        return msg
 
     async def heartbeat_stream(self, requests: AsyncIterator[pb.HeartbeatRequest], context: Ctx,
                                ) -> AsyncGenerator[pb.HeartbeatResponse, None]:
@@ -700,21 +777,23 @@ class CoordinatorService:
 
     def method_handlers(self) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
         """Handlers by method name, as declared in proto/regroup.proto."""
+        large = self.coord.config.large_request_bytes
+
         def unary(name: str, fn: Callable[[Any, Ctx], Awaitable[Any]], req: Any, resp: Any,
                   ) -> tuple[str, grpc.RpcMethodHandler[Any, Any]]:
             return name, grpc.unary_unary_rpc_method_handler(
-                self._guarded(name, fn), request_deserializer=request_parser(name, req),
+                self._guarded(name, fn), request_deserializer=request_parser(name, req, large),
                 response_serializer=resp.SerializeToString)
 
         methods: dict[str, grpc.RpcMethodHandler[Any, Any]] = dict([
             unary("Heartbeat", self.heartbeat, pb.HeartbeatRequest, pb.HeartbeatResponse),
             ("HeartbeatStream", grpc.stream_stream_rpc_method_handler(
                 self._guarded_stream("HeartbeatStream", self.heartbeat_stream),
-                request_deserializer=request_parser("HeartbeatStream", pb.HeartbeatRequest),
+                request_deserializer=request_parser("HeartbeatStream", pb.HeartbeatRequest, large),
                 response_serializer=pb.HeartbeatResponse.SerializeToString)),
             ("Watch", grpc.unary_stream_rpc_method_handler(
                 self._guarded_stream("Watch", self.watch),
-                request_deserializer=request_parser("Watch", pb.WatchRequest),
+                request_deserializer=request_parser("Watch", pb.WatchRequest, large),
                 response_serializer=pb.Nudge.SerializeToString)),
             unary("CommitOffsets", self.commit_offsets, pb.OffsetCommitRequest, pb.Ack),
             unary("FetchOffsets", self.fetch_offsets, pb.OffsetFetchRequest, pb.OffsetFetchResponse),
@@ -747,6 +826,8 @@ class CoordinatorService:
             if self.fatal_reason:
                 await self._abort(context, method, grpc.StatusCode.UNAVAILABLE,
                                   f"the coordinator is stopping: {self.fatal_reason}")
+            if method not in _DECODED_ON_THE_LANE:
+                request = await self._parsed(method, request, context)
             try:
                 return await fn(request, context)
             except _Stopped as e:
@@ -772,6 +853,7 @@ class CoordinatorService:
             if self.fatal_reason:
                 await self._abort(context, method, grpc.StatusCode.UNAVAILABLE,
                                   f"the coordinator is stopping: {self.fatal_reason}")
+            request = await self._parsed(method, request, context)
             try:
                 async with contextlib.aclosing(fn(request, context)) as answers:
                     async for answer in answers:
@@ -788,6 +870,11 @@ class CoordinatorService:
                 log.exception("unexpected error in %s from %s", method, _peer(context))
                 await context.abort(grpc.StatusCode.INTERNAL, f"unexpected error: {type(e).__name__}")
         return call
+
+
+#: Methods whose handler decodes and checks a large request on the lane itself (the others get it
+#: parsed there, then convert it on the loop).
+_DECODED_ON_THE_LANE = frozenset({"Heartbeat", "StreamsHeartbeat"})
 
 
 def _host_of(peer: str) -> str:

@@ -42,6 +42,14 @@ class CoordinatorConfig:
     max_groups: int = 100_000
     #: Offsets one operator's reset may set (a larger reset is split into several requests).
     max_reset_offsets: int = 10_000
+    #: A request this large (encoded bytes) is read and checked off the event loop that answers
+    #: heartbeats, one at a time, in the lane of large requests (a heartbeat owning 10,000 partitions
+    #: is about 30 KB; the largest legal one, `max_owned_shards` of them, about 3 MB and seconds to read).
+    large_request_bytes: int = 64 * 1024
+    #: Large requests one client (connection) may have waiting or being read; one more is refused.
+    max_large_requests_per_client: int = 1
+    #: Large requests waiting or being read from all clients together; one more is refused.
+    max_large_requests_waiting: int = 16
 
     def __post_init__(self) -> None:
         if self.heartbeat_interval_ms <= 0:
@@ -64,6 +72,12 @@ class CoordinatorConfig:
             raise ValueError(f"max_groups must be at least 1, got {self.max_groups}")
         if self.max_reset_offsets < 1:
             raise ValueError(f"max_reset_offsets must be at least 1, got {self.max_reset_offsets}")
+        if self.large_request_bytes < 1 or self.max_large_requests_per_client < 1 \
+                or self.max_large_requests_waiting < self.max_large_requests_per_client:
+            raise ValueError(f"large requests: large_request_bytes ({self.large_request_bytes}) and "
+                             f"max_large_requests_per_client ({self.max_large_requests_per_client}) must "
+                             f"be at least 1, max_large_requests_waiting ({self.max_large_requests_waiting}) "
+                             f"at least max_large_requests_per_client")
 
     @property
     def retention_check_ms(self) -> int:

@@ -8,12 +8,28 @@ hid: a shard listed twice, or how long the list really was. So a shell decodes a
 with `shards_from_listing` (a streams shell its task lists with
 `regroup.protocol.streams.fencing.tasks_from_listing`): the raw length is checked against the limit
 before a single shard is built, and a shard listed twice is INVALID_REQUEST, naming it.
+
+A listing's whole partitions stay partition numbers by topic (`ListedShards`, a set of shards that
+builds a `Shard` only when iterated): the largest legal owned list (``max_owned_shards``, a million
+partitions) took seconds to turn into a million `Shard` values, to check one by one, and to free —
+most of it in single steps of C that no other thread can interrupt. As numbers it is checked by topic
+(`check_shards`: names once per topic, the lowest partition) and read by membership, which is all a
+heartbeat's step asks of it (`reconcile`: is any of a few shards still owned? is it the assignment?).
+The duplicate check reads the numbers in slices (`LISTING_SLICE`), so a thread doing it yields.
+
+Large requests (`CoordinatorConfig.large_request_bytes` encoded) wait for a lane of their own, and
+`large_request_refusal` says when one more may not wait: a client (one connection) has
+``max_large_requests_per_client`` waiting already, or ``max_large_requests_waiting`` wait in all. The
+refusal names the limit; the request is legal, the client may send it again once its earlier one is
+answered.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sized
-from typing import TypeVar
+import itertools
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sized
+from collections.abc import Set as AbstractSet
+from typing import Any, TypeVar, cast
 
 from regroup.protocol.config import CoordinatorConfig
 from regroup.protocol.errors import ErrorCode, ProtocolError
@@ -37,6 +53,100 @@ N = TypeVar("N", bound=Hashable)
 MAX_OFFSET = 2**53 - 1
 
 
+#: Partition numbers read into a set at once by `unique_from_listing` (a step of C no other thread
+#: interrupts: about a millisecond).
+LISTING_SLICE = 16_384
+
+
+class ListedShards(AbstractSet[Shard]):
+    """Whole partitions as a request listed them, kept as partition numbers by topic: a set of
+    `Shard` values that answers membership, length and comparisons without building one (`reconcile`'s
+    questions); iterating it, or an operation that returns a new set, builds them. Equal to (and
+    hashed as) the frozenset of the same shards."""
+
+    __slots__ = ("_by_topic", "_len", "_lowest")
+
+    def __init__(self, by_topic: Mapping[str, AbstractSet[int]]) -> None:
+        self._by_topic = {topic: numbers for topic, numbers in by_topic.items() if numbers}
+        self._len = sum(len(numbers) for numbers in self._by_topic.values())
+        self._lowest: tuple[str, int] | None = None
+
+    @property
+    def topics(self) -> frozenset[str]:
+        return frozenset(self._by_topic)
+
+    def lowest(self) -> tuple[str, int] | None:
+        """The topic and number of the lowest partition listed (None: empty); read once."""
+        if self._lowest is None and self._len:
+            self._lowest = min(((t, min(ns)) for t, ns in self._by_topic.items()), key=lambda x: x[1])
+        return self._lowest
+
+    def __contains__(self, shard: object) -> bool:
+        if not isinstance(shard, tuple) or len(shard) != 4:
+            return False
+        topic, partition, lo, hi = shard
+        if lo != 0 or hi != KEY_SPACE:
+            return False
+        try:
+            return partition in self._by_topic.get(topic, ())
+        except TypeError:  # an unhashable topic or partition: not one of ours
+            return False
+
+    def __iter__(self) -> Iterator[Shard]:
+        for topic, numbers in self._by_topic.items():
+            for number in numbers:
+                yield Shard(topic, number)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AbstractSet):
+            return NotImplemented
+        return len(other) == self._len and all(s in self for s in other)
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self))
+
+    def isdisjoint(self, other: Iterable[object]) -> bool:
+        if isinstance(other, AbstractSet) and len(other) > self._len:
+            return not any(s in other for s in self)
+        return not any(s in self for s in other)
+
+    # frozenset's named methods, so that it stands wherever a `ShardSet` does.
+    def issubset(self, other: Iterable[Shard]) -> bool:
+        return self <= (other if isinstance(other, AbstractSet) else frozenset(other))
+
+    def issuperset(self, other: Iterable[Shard]) -> bool:
+        return all(s in self for s in other)
+
+    def union(self, *others: Iterable[Shard]) -> frozenset[Shard]:
+        return frozenset(self).union(*others)
+
+    def intersection(self, *others: Iterable[Shard]) -> frozenset[Shard]:
+        return frozenset(self).intersection(*others)
+
+    def difference(self, *others: Iterable[Shard]) -> frozenset[Shard]:
+        return frozenset(self).difference(*others)
+
+    def symmetric_difference(self, other: Iterable[Shard]) -> frozenset[Shard]:
+        return frozenset(self).symmetric_difference(other)
+
+    def copy(self) -> ListedShards:
+        return self
+
+    @classmethod
+    def _from_iterable(cls, it: Iterable[Any]) -> AbstractSet[Any]:
+        return frozenset(it)  # what `&`, `|`, `-` return: a plain set of the shards
+
+    def __repr__(self) -> str:
+        return f"ListedShards({self._len} partitions of {len(self._by_topic)} topics)"
+
+
 def invalid(message: str) -> ProtocolError:
     return ProtocolError(ErrorCode.INVALID_REQUEST, message)
 
@@ -54,6 +164,9 @@ def check_shards(field: str, shards: Iterable[object], cfg: CoordinatorConfig, l
     """Each shard well-formed, and at most ``limit`` of them — counted before anything is looked at."""
     if isinstance(shards, Sized) and len(shards) > limit:
         raise invalid(f"{field} lists {len(shards)} shards; the limit is {limit}")
+    if isinstance(shards, ListedShards):
+        _check_listed(field, shards, cfg)
+        return
     for n, s in enumerate(shards, 1):
         if n > limit:
             raise invalid(f"{field} lists more than {limit} shards, the limit")
@@ -66,6 +179,16 @@ def check_shards(field: str, shards: Iterable[object], cfg: CoordinatorConfig, l
         if not (isinstance(s.lo, int) and isinstance(s.hi, int) and 0 <= s.lo < s.hi <= KEY_SPACE):
             raise invalid(f"{field} has a shard of {s.topic}-{s.partition} with the key range "
                           f"[{s.lo!r}, {s.hi!r}); a key range is 0 <= lo < hi <= {KEY_SPACE}")
+
+
+def _check_listed(field: str, shards: ListedShards, cfg: CoordinatorConfig) -> None:
+    """`check_shards` of whole partitions listed by topic: each topic name once, the lowest number."""
+    for topic in shards.topics:
+        if not isinstance(topic, str) or not topic or len(topic) > cfg.max_topic_name_length:
+            raise invalid(f"{field} has a shard with an invalid topic name {topic!r}")
+    lowest = shards.lowest()
+    if lowest is not None and lowest[1] < 0:
+        raise invalid(f"{field} has a negative partition: {Shard(*lowest)}")
 
 
 def check_name(field: str, value: object, limit: int, what: str) -> None:
@@ -100,8 +223,9 @@ def shards_from_listing(field: str, listing: Iterable[tuple[str, Collection[int]
     INVALID_REQUEST, before any shard is built, when the groups list more than ``limit`` partitions
     in all (counted as listed, duplicates included) or list one partition twice (the message names
     it). The shards' own shape (topic names, negative partitions) is `validate_heartbeat`'s check.
+    The set is a `ListedShards` (partition numbers by topic; typed as the frozenset it equals).
     """
-    return unique_from_listing(field, listing, limit, Shard, "partition")
+    return cast(ShardSet, ListedShards(_unique_groups(field, listing, limit, Shard, "partition")))
 
 
 def unique_from_listing(field: str, listing: Iterable[tuple[N, Collection[int]]], limit: int,
@@ -112,13 +236,20 @@ def unique_from_listing(field: str, listing: Iterable[tuple[N, Collection[int]]]
     The count only takes each group's length, so an oversized list costs nothing; duplicates are
     found on plain integers, and the values are built only once the listing passed both checks.
     """
+    groups = _unique_groups(field, listing, limit, make, unit)
+    return frozenset(make(name, number) for name, numbers in groups.items() for number in numbers)
+
+
+def _unique_groups(field: str, listing: Iterable[tuple[N, Collection[int]]], limit: int,
+                   make: Callable[[N, int], object], unit: str) -> dict[N, set[int]]:
+    """The numbers of a listing by name, checked: at most ``limit`` in all, none twice."""
     groups: dict[N, set[int]] = {}
     n = 0
     for name, numbers in listing:
         n += len(numbers)
         if n > limit:
             raise invalid(f"{field} lists at least {n} {unit}s; the limit is {limit}")
-        distinct = set(numbers)
+        distinct = _distinct(numbers)
         earlier = groups.get(name)
         if len(distinct) != len(numbers) or (earlier is not None and not earlier.isdisjoint(distinct)):
             twice = make(name, _first_repeat(numbers, earlier or set()))
@@ -127,7 +258,16 @@ def unique_from_listing(field: str, listing: Iterable[tuple[N, Collection[int]]]
             groups[name] = distinct
         else:
             earlier |= distinct
-    return frozenset(make(name, number) for name, numbers in groups.items() for number in numbers)
+    return groups
+
+
+def _distinct(numbers: Collection[int]) -> set[int]:
+    """``set(numbers)``, read `LISTING_SLICE` numbers at a time."""
+    out: set[int] = set()
+    it = iter(numbers)
+    for _ in range(0, len(numbers), LISTING_SLICE):
+        out.update(itertools.islice(it, LISTING_SLICE))
+    return out
 
 
 def _first_repeat(numbers: Iterable[int], earlier: set[int]) -> int:
@@ -180,6 +320,22 @@ def validate_heartbeat(req: HeartbeatRequest, cfg: CoordinatorConfig) -> None:
     if req.member_epoch == STATIC_LEAVE_EPOCH and req.instance_id is None:
         raise invalid("member_epoch -2 (temporary leave) is only for static members: set instance_id, "
                       "or leave with -1")
+
+
+def large_request_refusal(waiting_from_client: int, waiting: int, cfg: CoordinatorConfig) -> str | None:
+    """Why one more large request (over ``large_request_bytes`` encoded) from a client may not wait for
+    the lane of large requests, or None: it may. ``waiting_from_client``: that client's large requests
+    waiting or being read already; ``waiting``: everyone's. One client's large requests thus never
+    queue ahead of another's more than ``max_large_requests_per_client`` deep."""
+    if waiting_from_client >= cfg.max_large_requests_per_client:
+        return (f"this client already has {waiting_from_client} large request(s) (over "
+                f"{cfg.large_request_bytes} bytes) waiting; the limit is {cfg.max_large_requests_per_client} "
+                f"per client (max_large_requests_per_client): send the next once it is answered")
+    if waiting >= cfg.max_large_requests_waiting:
+        return (f"{waiting} large requests (over {cfg.large_request_bytes} bytes) are waiting already; "
+                f"the limit is {cfg.max_large_requests_waiting} (max_large_requests_waiting): try again "
+                f"shortly")
+    return None
 
 
 def validate_new_member(req: HeartbeatRequest) -> None:
