@@ -63,6 +63,9 @@ from regroup.protocol.errors import ProtocolError
 from regroup.protocol.retention import duration
 from regroup.protocol.streams.coordinator import StreamsConfig
 
+#: Connections with no call open this long are closed (`ServerConfig.idle_timeout_ms`).
+DEFAULT_IDLE_TIMEOUT_MS = 300_000
+
 log = logging.getLogger("regroup.coordinator")
 
 DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
@@ -110,6 +113,9 @@ class ServerConfig:
     history_limit: int = 100
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     max_pending_requests: int = DEFAULT_MAX_PENDING
+    #: A connection with no call open this long is closed (a member keeps its Watch stream open, so
+    #: only idle clients are; gRPC clients reconnect by themselves on their next call).
+    idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS
     #: Requests this large (bytes) are read off the event loop, in the lane of large requests
     #: (`regroup.coordinator.large`); at most so many per client (connection) and in all wait there.
     large_request_bytes: int = CoordinatorConfig().large_request_bytes
@@ -143,6 +149,7 @@ class ServerConfig:
             snapshot_every=args.snapshot_every,
             topic_refresh_s=args.topic_refresh_s, history_limit=args.history_limit,
             max_message_bytes=args.max_message_bytes, max_pending_requests=args.max_pending_requests,
+            idle_timeout_ms=args.idle_timeout_ms,
             large_request_bytes=args.large_request_bytes,
             max_large_requests_per_client=args.max_large_requests_per_client,
             max_large_requests_waiting=args.max_large_requests_waiting,
@@ -203,6 +210,8 @@ async def serve(
         raise ValueError(f"--offsets-retention-ms must be a positive number of milliseconds (how long an "
                          f"empty group's committed offsets are kept; default {DEFAULT_OFFSETS_RETENTION_MS}, "
                          f"7 days), got {cfg.offsets_retention_ms}")
+    if cfg.idle_timeout_ms < 1_000:
+        raise ValueError(f"--idle-timeout-ms must be at least 1000 (a second), got {cfg.idle_timeout_ms}")
     if cfg.max_groups < 1:
         raise ValueError(f"--max-groups must be at least 1, got {cfg.max_groups}")
     config = CoordinatorConfig(session_timeout_ms=cfg.session_timeout_ms,
@@ -277,6 +286,8 @@ async def serve(
                 ("grpc.keepalive_permit_without_calls", 1),
                 ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
                 ("grpc.http2.max_pings_without_data", 0),
+                # Idle connections (no call open: no member's Watch stream) are closed with a GOAWAY.
+                ("grpc.max_connection_idle_ms", cfg.idle_timeout_ms),
                 # Load shedding: calls that arrive while this many already wait for the event loop are
                 # cancelled at once (clients see CoordinatorUnavailable and retry) instead of queueing.
                 ("grpc.server.max_pending_requests", cfg.max_pending_requests),
@@ -477,6 +488,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="largest request accepted (larger: RESOURCE_EXHAUSTED)")
     p.add_argument("--max-pending-requests", type=int, default=DEFAULT_MAX_PENDING,
                    help="requests waiting for the event loop beyond which new ones are shed")
+    p.add_argument("--idle-timeout-ms", type=int, default=DEFAULT_IDLE_TIMEOUT_MS,
+                   help="close a connection with no call open for this long (default 300000: 5 min; "
+                        "clients reconnect on their next call)")
     p.add_argument("--large-request-bytes", type=int, default=CoordinatorConfig().large_request_bytes,
                    help="requests larger than this are read and checked off the event loop, one at a time "
                         "(default 65536)")

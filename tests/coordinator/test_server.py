@@ -490,3 +490,20 @@ def test_a_second_coordinator_on_the_same_data_dir_refuses_to_start(server: Serv
     with pytest.raises(RuntimeError, match="exited with 2") as e:
         start_server(server.data_dir, "--log", "static:t=1", log_path=server.data_dir.parent / "second.log")
     assert "in use by another coordinator" in str(e.value)
+
+
+def test_an_idle_connection_is_closed_and_the_client_reconnects(tmp_path: Path) -> None:
+    s = start_server(tmp_path / "data", "--log", "static:orders=2", "--idle-timeout-ms", "1000")
+    c = CoordinatorClient(s.address, timeout_s=10)
+    states: queue.Queue[grpc.ChannelConnectivity] = queue.Queue()
+    try:
+        assert c.list_groups() == []
+        c._channel.subscribe(states.put, try_to_connect=False)
+        seen = []
+        while grpc.ChannelConnectivity.IDLE not in seen:  # the server's GOAWAY after a second idle
+            seen.append(states.get(timeout=30))
+        assert seen[0] is grpc.ChannelConnectivity.READY, seen
+        assert c.list_groups() == []  # the next call connects again
+    finally:
+        c.close()
+        assert s.terminate() == 0, s.log()
