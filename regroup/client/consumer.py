@@ -417,8 +417,10 @@ class Consumer:
 
     def _cut_lanes(self, shard: Shard, pieces: tuple[tuple[int, int], ...]) -> Shard:
         """The partition was split while its ranges were owned: cut each range that now spans open
-        pieces into one lane per piece, each from where the range was (records of it buffered but not
-        handed out are read again by its lanes). Returns the lane holding ``shard``'s first key."""
+        pieces into one lane per piece, each from where the range was or further where the part's own
+        keys resume (`microbatch.clip` of what the range still skips), and skipping what it says there
+        (records of it buffered but not handed out are read again by its lanes). Returns the lane
+        holding ``shard``'s first key."""
         first = shard
         for x in list(self._ranges.of_partition(shard)):
             parts = lanes_of(x, pieces)
@@ -431,8 +433,13 @@ class Consumer:
             siblings = [s for s in self._lanes.get(owner, ()) if s != x]
             self._lanes[owner] = tuple(sorted([*siblings, *parts], key=lambda s: s.lo))
             for part in parts:
-                self._positions[part] = at
-                self._ranges.add(part, skip)
+                # Where its own keys resume, as at assignment: a part whose keys a former owner all did
+                # beyond ``at`` would sit below the shard's floor once the other lanes' commits raised
+                # the rest of it, and every commit of the shard would be refused (offsets rule 2).
+                own = clip(skip, part.lo, part.hi)
+                start = max(at, own.start)
+                self._positions[part] = start
+                self._ranges.add(part, own.passed(start))
                 self._lane_owner[part] = owner
             self._rr = deque(s for s in self._rr if s != x)
             self._rr.extend(parts)

@@ -19,7 +19,11 @@ owned shard whose keys lie in several pieces is read as several *lanes*, one per
 each beginning where the driver's `Resume` says for its own keys (`microbatch.clip`) and with its own
 position, committed on its own (the coordinator accepts commits of parts of an owned shard). A lane
 never spans two open pieces: a split while a shard is owned cuts its lanes at the new piece
-boundaries, each part starting where the lane was.
+boundaries, each part starting where the lane was — or further, where its own keys resume
+(`microbatch.clip` of what the lane still skips), as at assignment: a part whose keys a former owner
+all did beyond the lane's position would otherwise sit below the owned shard's commit floor once its
+sibling lanes' commits raised the rest (regroup/protocol/offsets.py, rule 2), and every commit of the
+shard would be refused until it read past them.
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ its own position, each committed on its own. `LaneProcessor` is `workload.Proces
 3. **A split cuts lanes** (`cut_at_split`). The consumer notices a new layout when it next reads: at
    the first poll boundary at or after a split, each active lane that spans several open pieces is
    cut into one lane per piece, each from where the lane was (the batch fetched before is done by
-   then), with the lane's skips.
+   then) or further where its own keys resume, with the lane's skips for its keys (`_begun`, as at
+   assignment: the consumer's `_cut_lanes` clips the same way).
 4. **One read per piece** (`read_from`). A member reads each open piece once for all its lanes in it,
    from the lowest of their positions, and each lane keeps the records at or above its own position.
    Positions in one piece differ only at a lane's first fetch: after an assignment, a cut, or a merge
@@ -185,7 +186,8 @@ class LaneProcessor(Processor):
                 lane = held.pop(s)
                 self._report_lane(shard, s, lane, t, last, fetched)
                 for part in parts:
-                    held[part] = _Lane(lane.reported, max(t, lane.first_fetch), lane.reported, lane.resume)
+                    held[part] = _begun(lane.resume or Resume(lane.reported), part, lane.reported,
+                                        max(t, lane.first_fetch))
                 self.pieces.cuts += 1
         groups: dict[tuple[str, int, int], list[tuple[Shard, Shard, _Lane, int]]] = {}
         for shard in active:
