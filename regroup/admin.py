@@ -401,7 +401,7 @@ def groups_import(
     c = _console()
     table = Table("partition", "offset", "replaced", title=f"imported from Kafka group {name}")
     for r in rows:
-        _row(table, f"{r['topic']}-{r['partition']}", r["offset"], _dash(r["replaced"]))
+        _row(table, f"{r['topic']}:{r['partition']}", r["offset"], _dash(r["replaced"]))
     c.print(table)
     c.print(_lit(f"group {group}: {len(rows)} committed offset(s) imported from Kafka group {name}"))
     for n in notes:
@@ -460,7 +460,7 @@ def groups_export(
     c = _console()
     table = Table("partition", "offset", "from", title=f"exported to Kafka group {name}")
     for r in rows:
-        _row(table, f"{r['topic']}-{r['partition']}", r["offset"],
+        _row(table, f"{r['topic']}:{r['partition']}", r["offset"],
              f"lowest of {r['key_ranges']} key ranges" if r["key_ranges"] else "whole partition")
     c.print(table)
     c.print(_lit(f"group {group}: {len(rows)} committed offset(s) written to Kafka group {name}"))

@@ -15,13 +15,14 @@ from regroup.protocol.shard import Shard
 
 
 class TopicPartition(NamedTuple):
-    """One partition of a topic: ``topic`` and ``partition`` (0-based). Prints as ``topic-3``."""
+    """One partition of a topic: ``topic`` and ``partition`` (0-based). Prints as ``topic:3`` (as
+    every regroup message and command writes a partition)."""
 
     topic: str
     partition: int
 
     def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
+        return f"{self.topic}:{self.partition}"
 
 
 def partitions_of(shards: Iterable[Shard]) -> set[TopicPartition]:

@@ -125,7 +125,7 @@ class KafkaGroups:
         out: dict[Shard, int] = {}
         for tp in (got.topic_partitions or ()) if got is not None else ():
             if tp.error is not None:
-                raise LogError(f"reading the offsets of Kafka group {group_id!r}: {tp.topic}-{tp.partition}: "
+                raise LogError(f"reading the offsets of Kafka group {group_id!r}: {tp.topic}:{tp.partition}: "
                                f"{_describe_error(tp.error)}")
             if tp.offset >= 0:  # OFFSET_INVALID (-1001): nothing committed there
                 out[Shard(tp.topic, tp.partition)] = tp.offset
@@ -152,7 +152,7 @@ class KafkaGroups:
             raise KafkaGroupNotEmptyError(_not_empty(group_id, None, failed[0].error))
         if failed:
             raise LogError(f"Kafka refused offsets of group {group_id!r}: " + "; ".join(
-                f"{tp.topic}-{tp.partition}: {_describe_error(tp.error)}" for tp in failed[:5]))
+                f"{tp.topic}:{tp.partition}: {_describe_error(tp.error)}" for tp in failed[:5]))
 
     def _call(self, request: Callable[[], Mapping[str, Any]], group_id: str, doing: str) -> Any:
         """The answer for ``group_id`` to ``request()``, asked again while Kafka's error is retriable

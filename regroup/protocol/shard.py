@@ -42,9 +42,13 @@ class Shard(NamedTuple):
         return (self.topic, self.partition)
 
     def __str__(self) -> str:
+        # ``topic:partition``, the form the commands take too: a topic of the log never holds a
+        # colon (Kafka's rules), and the partition is the number after the last one whatever the
+        # name — unlike ``topic-3``, which ``my-topic-3`` or ``orders--1`` (partition -1) make
+        # ambiguous to a reader.
         if self.lo == 0 and self.hi == KEY_SPACE:
-            return f"{self.topic}-{self.partition}"
-        return f"{self.topic}-{self.partition}[{self.lo:08x},{self.hi:08x})"
+            return f"{self.topic}:{self.partition}"
+        return f"{self.topic}:{self.partition}[{self.lo:08x},{self.hi:08x})"
 
 
 def overlaps(a: Shard, b: Shard) -> bool:

@@ -177,7 +177,7 @@ def check_shards(field: str, shards: Iterable[object], cfg: CoordinatorConfig, l
         if s.partition < 0:
             raise invalid(f"{field} has a negative partition: {s}")
         if not (isinstance(s.lo, int) and isinstance(s.hi, int) and 0 <= s.lo < s.hi <= KEY_SPACE):
-            raise invalid(f"{field} has a shard of {s.topic}-{s.partition} with the key range "
+            raise invalid(f"{field} has a shard of {s.topic}:{s.partition} with the key range "
                           f"[{s.lo!r}, {s.hi!r}); a key range is 0 <= lo < hi <= {KEY_SPACE}")
 
 

@@ -65,8 +65,8 @@ class PlannedEvent:
             "grow": f"{self.topic} to {self.value} partitions",
             "create": f"{self.topic} with {self.value} partitions",
             "parallelism": f"{self.topic} to {self.value} key range(s) per partition",
-            "split": f"{self.topic}-{self.partition}: open piece {self.piece} into {self.value}",
-            "merge": f"{self.topic}-{self.partition}: " + (
+            "split": f"{self.topic}:{self.partition}: open piece {self.piece} into {self.value}",
+            "merge": f"{self.topic}:{self.partition}: " + (
                 "every open piece" if self.value == 0 else f"open pieces {self.piece} and {self.piece + 1}"),
         }[self.kind]
         return f"t={self.at_ms:>7} {self.kind:<11} {detail}"

@@ -244,7 +244,7 @@ class KeyRangeChecker(InvariantChecker):
             old = self.committed.get(kid)
             if old is not None and r.offset < old:
                 self.fail(t, OFFSETS_MONOTONIC, f"group {r.group_id}: the committed offset of key {k} of "
-                                                f"{topic}-{p} went back from {old} to {r.offset} ({r.shard})",
+                                                f"{topic}:{p} went back from {old} to {r.offset} ({r.shard})",
                           r.shard)
             else:
                 self.committed[kid] = r.offset

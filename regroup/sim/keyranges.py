@@ -136,7 +136,7 @@ class RecordKeys:
             i = bisect_left(offs, offset)
             if i < len(offs) and offs[i] == offset:
                 return k
-        raise AssertionError(f"record {offset} of {topic}-{partition} has no key")  # pragma: no cover
+        raise AssertionError(f"record {offset} of {topic}:{partition} has no key")  # pragma: no cover
 
     def _partition(self, topic: str, partition: int) -> _Partition:
         tp = (topic, partition)

@@ -225,7 +225,7 @@ def change_layout(system: Kip848System, kind: str, topic: str, partition: int, p
         raise TypeError("split and merge need a PieceLog")
     engine = system.engine
     if partition >= log.partitions.get(topic, 0):
-        engine.trace(f"log: {kind} of {topic}-{partition}: no such partition")
+        engine.trace(f"log: {kind} of {topic}:{partition}: no such partition")
         return
     change: LayoutChange | None
     if kind == "split":
@@ -234,7 +234,7 @@ def change_layout(system: Kip848System, kind: str, topic: str, partition: int, p
     else:
         change = log.merge(topic, partition, piece, value == 0, engine.now)
         if change is None:
-            engine.trace(f"log: merge of {topic}-{partition}: one open piece, nothing to merge")
+            engine.trace(f"log: merge of {topic}:{partition}: one open piece, nothing to merge")
             return
         log.merges += 1
     engine.trace(f"log: {kind} {change}")
@@ -242,7 +242,7 @@ def change_layout(system: Kip848System, kind: str, topic: str, partition: int, p
         shown = ", ".join(f"key {k} from {start} (it has a record at {last})"
                           for k, last, start in change.behind[:3])
         system.checker.fail(engine.now, KEY_ORDER,
-                            f"{topic}-{partition}: the {kind} opened pieces below records their keys already "
+                            f"{topic}:{partition}: the {kind} opened pieces below records their keys already "
                             f"have ({shown}; layout rule 2): a reader past those records never reads the "
                             "new ones", Shard(topic, partition))
     for _, m in sorted(system.members.items()):

@@ -127,7 +127,7 @@ class PieceKeys(RecordKeys):
         for k, offs in enumerate(part.by_key):
             if offset in offs:
                 return k
-        raise AssertionError(f"no record at {offset} of {topic}-{partition}")  # pragma: no cover
+        raise AssertionError(f"no record at {offset} of {topic}:{partition}")  # pragma: no cover
 
     def piece_keys(self, topic: str, partition: int, piece: Piece) -> tuple[int, ...]:
         """The keys of the partition whose point lies in the piece's range, in index order."""
@@ -192,7 +192,7 @@ class LayoutChange:
     def __str__(self) -> str:
         sealed = ", ".join(f"{p.id} at {p.end}" for p in self.sealed)
         opened = ", ".join(f"{p.id} [{p.lo:#x}, {p.hi:#x}) from {p.start}" for p in self.opened)
-        return f"{self.topic}-{self.partition}: sealed {sealed}; opened {opened}"
+        return f"{self.topic}:{self.partition}: sealed {sealed}; opened {opened}"
 
 
 class PieceLog(ProducedLog):
@@ -223,7 +223,7 @@ class PieceLog(ProducedLog):
         for p in part.layout.pieces:
             if p.lo <= point < p.hi and part.opened[p.id] <= t and not part.sealed.get(p.id, t + 1) <= t:
                 return p.lo, p.hi, self._end(part, p, t)
-        raise AssertionError(f"no piece of {topic}-{partition} held {point:#x} at {t}")  # pragma: no cover
+        raise AssertionError(f"no piece of {topic}:{partition} held {point:#x} at {t}")  # pragma: no cover
 
     def end_at(self, topic: str, partition: int, point: int, t: int) -> int:
         """Where a reader of ``point``'s piece got to in a fetch at ``t``: the end of its open piece

@@ -122,7 +122,7 @@ def _read_by_key(
                 break
             if not got.records and got.next_offset <= at:
                 raise RuntimeError(
-                    f"regroup source: keys [{part.lo:#x}, {part.hi:#x}) of {shard.topic}-{shard.partition}, "
+                    f"regroup source: keys [{part.lo:#x}, {part.hi:#x}) of {shard.topic}:{shard.partition}, "
                     f"split on the producer side, have no records at offset {at} although the batch was "
                     f"planned up to {end}: records were lost, or the range was planned past the end of its "
                     "piece (each piece of a split partition has its own end: plan it per piece)")

@@ -34,11 +34,11 @@ def test_walkthrough_json_tells_the_story() -> None:
     assert restart["group_epoch"] == scale_out["group_epoch"]
     before = {m["instance_id"]: m["assigned"] for m in scale_out["members"] if m["instance_id"]}
     after = {m["instance_id"]: m["assigned"] for m in restart["members"] if m["instance_id"]}
-    assert before == after == {"worker-c": ["orders-2"]}
+    assert before == after == {"worker-c": ["orders:2"]}
     crash = steps["b crashes"]
     assert any(e["kind"] == "fenced" and e["member"] == "b" for e in crash["events"])
     owned = [p for m in crash["members"] for p in m["assigned"]]
-    assert sorted(owned) == sorted(f"orders-{i}" for i in range(6))
+    assert sorted(owned) == sorted(f"orders:{i}" for i in range(6))
     grown = steps["The topic grows to 12 partitions"]
     assert sorted(len(m["assigned"]) for m in grown["members"]) == [4, 4, 4]
 

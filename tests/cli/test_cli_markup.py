@@ -89,7 +89,7 @@ def test_groups_describe_prints_every_name_literally(server: ServerProc) -> None
     cells = [c.strip() for c in member.split("│")[1:-1]]
     assert cells[:3] == [MEMBER, INSTANCE, f"{CLIENT}@127.0.0.1"], member
     assert f"{TOPIC}[0,1]" in cells[5], member  # its assignment, grouped by topic
-    assert f"{TOPIC}-1" in out  # the offsets table's partitions
+    assert f"{TOPIC}:1" in out  # the offsets table's partitions
     assert f"member {MEMBER} joined" in out  # the epoch history's cause
 
     out = ok(server, "groups", "describe", EMOJI)

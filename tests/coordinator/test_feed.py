@@ -89,11 +89,11 @@ def test_a_partition_moving_is_revoked_released_and_granted_with_its_hand_off_ti
     feed.on_step(step(rec("b", cur(2, frozenset({P1})))))
     assert steps(feed) == [
         ("a", "joined", (), None),
-        ("a", "granted", ("t-0", "t-1"), None),  # never owned before: no hand-off
+        ("a", "granted", ("t:0", "t:1"), None),  # never owned before: no hand-off
         ("b", "joined", (), None),
-        ("a", "revoking", ("t-1",), None),
-        ("a", "released", ("t-1",), 250),  # from the revocation request
-        ("b", "granted", ("t-1",), 40),  # from the release
+        ("a", "revoking", ("t:1",), None),
+        ("a", "released", ("t:1",), 250),  # from the revocation request
+        ("b", "granted", ("t:1",), 40),  # from the release
     ]
     assert [s["epoch"] for s in feed.timeline(G)] == [1, 1, 2, 1, 2, 2]
     assert feed.timeline(G)[0]["at_unix_ms"] == 1_000_000
@@ -107,9 +107,9 @@ def test_left_and_fenced_members_free_their_partitions_for_the_hand_off() -> Non
     clocks.advance(70)
     feed.on_step(step(rec("c", cur(3, frozenset({P0, P1})))))
     assert steps(feed)[2:] == [
-        ("a", "left", ("t-0",), None),
-        ("b", "fenced", ("t-1",), None),
-        ("c", "granted", ("t-0", "t-1"), 70),
+        ("a", "left", ("t:0",), None),
+        ("b", "fenced", ("t:1",), None),
+        ("c", "granted", ("t:0", "t:1"), 70),
     ]
 
 
@@ -121,8 +121,8 @@ def test_several_partitions_in_one_step_report_the_slowest_hand_off() -> None:
     feed.on_step(step(rec("a", cur(1, frozenset({P2}), frozenset({P0, P1})))))  # P1 revoked later
     clocks.advance(50)
     feed.on_step(step(rec("a", cur(2, frozenset({P2})))))
-    assert steps(feed)[1:] == [("a", "revoking", ("t-0",), None), ("a", "revoking", ("t-1",), None),
-                               ("a", "released", ("t-0", "t-1"), 150)]
+    assert steps(feed)[1:] == [("a", "revoking", ("t:0",), None), ("a", "revoking", ("t:1",), None),
+                               ("a", "released", ("t:0", "t:1"), 150)]
 
 
 def test_seeded_holdings_are_not_news_after_a_restart() -> None:

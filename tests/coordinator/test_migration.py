@@ -103,8 +103,8 @@ def test_the_poller_holds_adopts_and_survives_a_restart(tmp_path: Path, caplog: 
     text = caplog.text
     assert "not read yet, nothing is granted until it is" in text
     assert text.count("reading Kafka group 'legacy' failed") == 2  # once per failure streak
-    assert "adopted the offsets Kafka group 'legacy' committed: t-1=10, t-2=20, t-3=30" in text
-    assert "Kafka group 'legacy' (stable, 2 member(s)) holds t-0" in text
+    assert "adopted the offsets Kafka group 'legacy' committed: t:1=10, t:2=20, t:3=30" in text
+    assert "Kafka group 'legacy' (stable, 2 member(s)) holds t:0" in text
 
     # A restart: the hold is replayed, in force before any new read.
     store = DurableStore(str(tmp_path))

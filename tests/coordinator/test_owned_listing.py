@@ -87,8 +87,8 @@ def streams_owning(**roles: list[tuple[str, list[int]]]) -> pb.StreamsHeartbeatR
 
 
 @pytest.mark.parametrize(("msg", "twice"), [
-    (owning(("t", [0, 1, 0])), "t-0"),
-    (owning(("t", [0, 1]), ("u", [5]), ("t", [2, 1])), "t-1"),  # the topic listed again, the partition too
+    (owning(("t", [0, 1, 0])), "t:0"),
+    (owning(("t", [0, 1]), ("u", [5]), ("t", [2, 1])), "t:1"),  # the topic listed again, the partition too
 ])
 def test_a_partition_owned_twice_is_refused_naming_it(msg: pb.HeartbeatRequest, twice: str) -> None:
     with pytest.raises(WireError, match=re.escape(f"owned lists partition {twice} twice")):
@@ -169,7 +169,7 @@ def test_the_coordinator_refuses_them_with_invalid_request_and_goes_on(server: S
     twice = _call(channel, "Heartbeat", pb.HeartbeatResponse, owning(("t", [2, 2])).SerializeToString())
     assert isinstance(twice, pb.HeartbeatResponse)
     assert twice.error == pb.ERROR_CODE_INVALID_REQUEST
-    assert twice.message == "owned lists partition t-2 twice; list each partition once"
+    assert twice.message == "owned lists partition t:2 twice; list each partition once"
 
     big = _call(channel, "Heartbeat", pb.HeartbeatResponse, heartbeat_owning_copies(COPIES))
     assert isinstance(big, pb.HeartbeatResponse)

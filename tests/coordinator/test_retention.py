@@ -168,13 +168,13 @@ def test_commits_beyond_the_log_end_or_beyond_any_log_are_refused(tmp_path: Path
 
             code, message = commit({T0: 11})
             assert code is ErrorCode.INVALID_REQUEST
-            assert message.startswith("offset 11 for t-0 is beyond the end of the partition in the log (10,")
+            assert message.startswith("offset 11 for t:0 is beyond the end of the partition in the log (10,")
             assert commit({T0: 10}) == (ErrorCode.NONE, "")
             log.produce("t", 0, [LogRecord(None, b"x", 0)] * 5)
             assert commit({T0: 15}) == (ErrorCode.NONE, "")  # beyond what it read before: read again
             code, message = commit({T1: 2**63 - 1})
             assert code is ErrorCode.INVALID_REQUEST and "is beyond any log" in message
-            assert commit({T1: 0}) == (ErrorCode.NONE, "")  # t-1 was not poisoned
+            assert commit({T1: 0}) == (ErrorCode.NONE, "")  # t:1 was not poisoned
             assert c.heartbeat(HeartbeatRequest("g", "a", -1)).error is ErrorCode.NONE
             assert c.reset_offsets("g", {T0: 16}).ok  # an operator's reset is not checked against the end
     finally:

@@ -190,7 +190,7 @@ def _request(**fields: Any) -> pb.StreamsHeartbeatRequest:
     (_request(task_offsets=pb.TaskOffsets(tasks=[_position("s", 0), _position("s", 0)])),
      "task_offsets lists task s_0 twice"),
     (_request(task_offsets=pb.TaskOffsets(tasks=[_position("s", 0, ("in", 0, 5), ("in", 0, 6))])),
-     "task_offsets of task s_0: offsets list in-0 twice"),
+     "task_offsets of task s_0: offsets list in:0 twice"),
     (_request(topology=pb.Topology()), "topology: a topology needs at least one subtopology"),
     (_request(topology=_topology(("s", ["a"]), ("s", ["b"]))), "topology: subtopology id 's' is used twice"),
     (_request(topology=_topology(("s", ["a"]), ("t", ["a"]))),

@@ -82,13 +82,13 @@ def test_an_unsettled_view_only_grows_the_hold() -> None:
     # It may grow while unsettled (and a hold never revokes: a keeps t2, and the step says so).
     out = see(h, ExternalView(shards("t", 0, 1, 2), settled=False))
     assert h.group().external == ExternalHold(KAFKA, shards("t", 0, 1, 2))
-    assert any("t-2" in n and "two consumers" in n for n in out.notes)
+    assert any("t:2" in n and "two consumers" in n for n in out.notes)
     h.ok(h.hb("a", 1, owned=shards("t", 2, 3)))
     assert h.group().current["a"].assigned == shards("t", 2, 3)
     # Settled again without t1: released, adopted; t2 is a's, its offset is not touched.
     h.keep(h.coord.commit_offsets(OffsetCommitRequest("g", "a", 1, {Shard("t", 2): 50}), h.now))
     out = see(h, ExternalView(shards("t", 0), {Shard("t", 1): 11, Shard("t", 2): 3}))
-    assert any("t-2" in n and "not adopted" in n for n in out.notes)
+    assert any("t:2" in n and "not adopted" in n for n in out.notes)
     offsets = h.group().offsets
     assert offsets[Shard("t", 1)].offset == 11 and offsets[Shard("t", 2)].offset == 50
 

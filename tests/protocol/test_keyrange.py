@@ -65,9 +65,9 @@ def test_ranges_refuse_a_parallelism_out_of_bounds(n: int) -> None:
 
 def test_parallelism_one_is_the_whole_partition() -> None:
     assert range_shards("t", 3, 1) == (Shard("t", 3),)
-    assert Shard("t", 3).whole and str(Shard("t", 3)) == "t-3"
+    assert Shard("t", 3).whole and str(Shard("t", 3)) == "t:3"
     half = Shard("t", 3, 0, KEY_SPACE // 2)
-    assert not half.whole and str(half) == "t-3[00000000,80000000)"
+    assert not half.whole and str(half) == "t:3[00000000,80000000)"
     assert format_shards([half, Shard("t", 1)]) == "t[1,3:[00000000,80000000)]"
 
 

@@ -60,12 +60,12 @@ class TestOwnedListing:
         assert got == shards("t", 0, 2, 5) | shards("v", 1)
 
     def test_a_partition_listed_twice_in_one_group_is_named(self) -> None:
-        with refused(r"owned lists partition t-3 twice; list each partition once") as e:
+        with refused(r"owned lists partition t:3 twice; list each partition once") as e:
             shards_from_listing("owned", [("t", [1, 3, 2, 3])], 10)
         assert e.value.code is ErrorCode.INVALID_REQUEST
 
     def test_a_partition_listed_again_under_a_second_group_of_its_topic_is_named(self) -> None:
-        with refused("owned lists partition t-1 twice"):
+        with refused("owned lists partition t:1 twice"):
             shards_from_listing("owned", [("t", [0, 1]), ("u", [1]), ("t", [4, 1])], 10)
 
     def test_the_limit_counts_the_listing_as_sent_not_the_set(self) -> None:
@@ -84,7 +84,7 @@ class TestOwnedListing:
         assert e.value.code is ErrorCode.INVALID_REQUEST
 
     def test_copies_under_the_limit_stop_at_the_first_repeat(self) -> None:
-        with refused("owned lists partition orders-7 twice"):
+        with refused("owned lists partition orders:7 twice"):
             shards_from_listing("owned", [("orders", [7] * 500_000)], self.LIMIT)
 
     def test_check_shards_measures_a_list_before_reading_it(self) -> None:

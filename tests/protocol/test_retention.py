@@ -264,7 +264,7 @@ def test_an_absurd_offset_is_refused_and_cannot_poison_a_partition() -> None:
     for huge in (2**63 - 1, MAX_OFFSET + 1):
         refused = commit(h, "a", 1, {T0: huge})
         assert refused.response.error is ErrorCode.INVALID_REQUEST and not refused.records
-        assert f"offset {huge} for t-0 is beyond any log" in refused.response.message
+        assert f"offset {huge} for t:0 is beyond any log" in refused.response.message
     assert commit(h, "a", 1, {T0: 10}).response.ok  # the partition takes ordinary commits on
     assert commit(h, "a", 1, {T0: MAX_OFFSET}).response.ok  # the bound itself is an offset
     h.ok(h.hb("a", -1))
@@ -279,7 +279,7 @@ def test_a_commit_beyond_the_known_log_end_is_refused() -> None:
     beyond = commit(h, "a", 1, {T0: 100, T1: 51}, ends)
     assert beyond.response.error is ErrorCode.INVALID_REQUEST and not beyond.records  # all or nothing
     assert beyond.response.message == (
-        "offset 51 for t-1 is beyond the end of the partition in the log (50, the offset its next record "
+        "offset 51 for t:1 is beyond the end of the partition in the log (50, the offset its next record "
         "gets); a committed offset names the next record to read, so it is at most the log's end")
     assert commit(h, "a", 1, {T0: 100, T1: 50}, ends).response.ok  # at the end: everything read
     assert commit(h, "a", 1, {T0: 10**6}, {T1: 50}).response.ok  # where the end is unknown: no check

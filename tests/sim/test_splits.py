@@ -223,7 +223,7 @@ def test_a_split_seed_replays_event_for_event() -> None:
     assert a.digest == b.digest and a.log == b.log
     assert a.digest != run_seed(5, key_ranges=True).digest
     assert a.replay == "regroup sim check --seed 5 --duration 120 --events 12 --splits"
-    assert any("log: split orders-" in line for line in a.log)
+    assert any("log: split orders:" in line for line in a.log)
 
 
 def test_keys_are_drawn_per_piece_whatever_order_they_are_asked_in() -> None:

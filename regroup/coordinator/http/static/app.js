@@ -213,9 +213,12 @@
   }
 
   // ------------------------------------------------------------------ the group view
+  // "topic:partition" (or "topic:partition[lo,hi)" for a key range): the partition is the number
+  // after the last colon.
   function splitPartition(p) {
-    const i = p.lastIndexOf("-");
-    return i < 0 ? [p, -1] : [p.slice(0, i), Number(p.slice(i + 1))];
+    const whole = p.replace(/\[.*$/, "");
+    const i = whole.lastIndexOf(":");
+    return i < 0 ? [p, -1] : [whole.slice(0, i), Number(whole.slice(i + 1))];
   }
 
   function byPartition(a, b) {
