@@ -18,27 +18,40 @@ Rules:
    member restarted in place comes back with a new member id but its process id (its state
    directory's): ordered by member id, its quota could change places with another member's, and
    with every copy caught up a task would move away from its local state at the next computation.
-   Because each member of a process has its own quota, a process's tasks are spread evenly across
-   its members.
+   A process's *quota*, the sum of its members', does not depend on their ids either; which of its
+   members holds its extra ones does, so what moves state between processes is decided per process
+   (rules 3 and 4). Because each member of a process has its own quota, a process's tasks are
+   spread evenly across its members.
 3. Stickiness. Each task has at most one *anchor*: the member that holds a warm-up of it (the move
-   already under way), else its current owner, else, for a task nobody owns, a member with room
-   on the process with its freshest caught-up copy, else on the process with its freshest copy (a
-   current standby wins a tie). A member keeps as many of its anchored tasks as its quota allows,
-   preferring tasks whose copy on its process is caught up, then tasks no other process could take
-   over at once, then the smaller lag, then the task id.
+   already under way), else its current owner, else, for a task nobody owns, a member of the
+   process with its freshest caught-up copy among those whose quota has room, else of the process
+   with its freshest copy (a current standby wins a tie), the member with the most room.
+   A process keeps as many of the tasks anchored on its members as its quota allows, preferring
+   tasks whose copy on it is caught up, then tasks no other process could take over at once, then
+   the smaller lag, then a task within its member's own quota (the member's first ones in this
+   order), then the task id. Each member keeps those of them anchored on it up to its own quota;
+   the others go to the process's members with room, by member id (moving between members of one
+   process moves no state). Per process and by the lags first, because a restarted member's new id
+   may change its quota within its process: kept per member, the process then gave up another of
+   its tasks, one another process took over at once where before it gave up one nobody could
+   (found by Hypothesis's rename property). Member quotas only break ties, so that a member within
+   its quota loses nothing when the lags cannot tell its tasks apart. A known gap: two tasks of an
+   over-full process that the lags tie but only one of which another process has room for; which
+   one it gives up then depends on its members' quotas, so on their ids.
 4. The other tasks go, in task order, to members with room: first to a member whose process has a
-   caught-up copy (smallest lag, then member id); then to one whose process holds any copy
-   (smallest lag), else to the first member with room in rule 2's capacity order. Preferences are
-   fixed orders, never the load of the moment, which keeps rule 9 true.
+   caught-up copy (smallest lag, then process id, then member id); then to one whose process holds
+   any copy (likewise), else to the first member with room in rule 2's capacity order. Preferences
+   are fixed orders, never the load of the moment, which keeps rule 9 true.
 5. An active moves only to a caught-up copy. A task goes to its intended owner when that member's
    process is caught up or is its current owner's process (moving between members of one process
    moves no state). Otherwise it stays with its current owner, caught up or not: nothing is gained
    by moving it anywhere else. A task with no current owner goes to its intended owner if that copy
    is caught up or as fresh as any, else to a process with a caught-up copy (none: with the
    freshest copy): every caught-up copy can take over at once, so among them balance decides, as
-   in KIP-441. Balance first: a member where the task would not push, on the next run, a task it
-   keeps now out of its quota (rule 3's order; else that task would move, against rule 9); then
-   the freshest copy, rule 3's anchor winning a tie, then the least intended load. A task nobody
+   in KIP-441. Balance first: a member where the task would not push, on the next run, a task its
+   process keeps now out of its quota or onto another member, nor land on another member itself
+   (rule 3; else a task would move, against rule 9); then the freshest copy, rule 3's anchor
+   winning a tie, then the least intended load. A task nobody
    holds a copy of goes to its intended owner, a member with room.
 6. Warm-ups. A task whose intended process is not the process it runs on gets a warm-up on its
    intended member, at most ``max_warmups`` in the group, in this order: warm-ups that continue
@@ -186,9 +199,10 @@ class _Run:
         for t in self.tasks:
             if t in anchor:
                 continue
-            # A caught-up copy on a member with room, so that no owner is displaced; else the
-            # freshest copy, which is where rule 5 runs the task anyway.
-            roomy = [p for p in self.caught.get(t, ()) if any(spare(m) > 0 for m in self.members_of[p])]
+            # A caught-up copy on a process with room, so that no owner is displaced (a process keeps
+            # its quota, rule 3); else the freshest copy, which is where rule 5 runs the task anyway.
+            roomy = [p for p in self.caught.get(t, ())
+                     if sum(spare(m) for m in self.members_of[p]) > 0]
             best = roomy[0] if roomy else self.freshest_copy(t)
             if best is None:
                 continue
@@ -202,25 +216,57 @@ class _Run:
         others = any(p != pid for p in self.caught.get(task, ()))
         return (not self.is_caught_up(pid, task), others, self.lag(pid, task), task)
 
+    def _kept(self, pid: str, anchored: dict[TaskId, str]) -> dict[TaskId, str]:
+        """Rule 3 on one process: which of the tasks anchored on its members (``anchored``: task ->
+        member) it keeps, and on which member. A function of the anchors alone, so that rule 5 can
+        ask what the next run will keep."""
+        room = {m: self.quota[m] for m in self.members_of[pid]}
+        rank = {t: self._keep_rank(pid, t) for t in anchored}
+        own: dict[str, list[TaskId]] = {}
+        for t in sorted(anchored, key=rank.__getitem__):
+            own.setdefault(anchored[t], []).append(t)
+        # Only between tasks the lags cannot tell apart: one within its member's own quota first,
+        # so that a member within its quota loses nothing (stickiness at the member level too).
+        mine = {t for m, ts in own.items() for t in ts[:room[m]]}
+
+        def order(t: TaskId) -> tuple[bool, bool, int, bool, TaskId]:
+            not_caught_up, others, lag, _ = rank[t]
+            return (not_caught_up, others, lag, t not in mine, t)
+
+        ranked = sorted(anchored, key=order)[:sum(room.values())]
+        kept: dict[TaskId, str] = {}
+        overflow: list[TaskId] = []
+        for t in ranked:
+            m = anchored[t]
+            if room[m] > 0:
+                kept[t] = m
+                room[m] -= 1
+            else:
+                overflow.append(t)
+        for t in overflow:  # fits: the process keeps no more than its members' quotas add up to
+            m = next(m for m in self.members_of[pid] if room[m] > 0)
+            kept[t] = m
+            room[m] -= 1
+        return kept
+
     def _intended(self) -> dict[TaskId, str]:
         """Rules 3 and 4: the balanced target."""
-        by_member: dict[str, list[TaskId]] = {}
+        by_process: dict[str, dict[TaskId, str]] = {}
         for t, m in self.anchor.items():
-            by_member.setdefault(m, []).append(t)
+            by_process.setdefault(self.process_of[m], {})[t] = m
         intended: dict[TaskId, str] = {}
+        for pid, anchored in by_process.items():
+            intended.update(self._kept(pid, anchored))
         room = dict(self.quota)
-        for m, ts in by_member.items():
-            pid = self.process_of[m]
-            ts.sort(key=lambda t: self._keep_rank(pid, t))
-            for t in ts[:self.quota[m]]:
-                intended[t] = m
-            room[m] -= min(len(ts), self.quota[m])
+        for m in intended.values():
+            room[m] -= 1
         pool = [t for t in self.tasks if t not in intended]
 
         def best(task: TaskId, pids: list[str]) -> str | None:
-            fits = [(self.lag(self.process_of[m], task), m) for p in pids
+            # Process id before member id: a restarted member's new id must not pick the process.
+            fits = [(self.lag(p, task), p, m) for p in pids
                     for m in self.members_of[p] if room[m] > 0]
-            return min(fits)[1] if fits else None
+            return min(fits)[2] if fits else None
 
         rest: list[TaskId] = []
         for t in pool:  # caught-up copies first: those moves need no warm-up
@@ -289,9 +335,10 @@ class _Run:
 
         Its caught-up copies (else its freshest ones) can all take it over at once. Among them, a
         member it would not push out of its quota on the next run: that run sees the task owned
-        there, and a member keeps its quota of anchored tasks (``held``: its actives and its
-        warm-ups) by rule 3's order, so a task that ranks before one the member keeps now would
-        displace that one, which would then move (rule 9). Counting the warm-ups matters: an
+        there, and a process keeps its quota of anchored tasks (``held``: its members' actives and
+        warm-ups) by rule 3's order, each member its own first, so a task that ranks before one the
+        process keeps now would displace that one, and one beyond its member's quota would be kept
+        on another member; either would then move (rule 9). Counting the warm-ups matters: an
         orphan placed beside a warm-up of lower rank took the warm-up's slot on the next run, and
         the move under way was dropped (found by Hypothesis).
         Then the freshest copy, the anchor's process winning a tie (another process tied with it
@@ -304,12 +351,14 @@ class _Run:
         anchored = self.anchor.get(task)
 
         def displaces(m: str) -> bool:
+            # The next run's rule 3 on m's process, without and with the task on m: a task kept
+            # now that it drops or keeps on another member would move; so would the task itself,
+            # kept on another member of the process.
             pid = self.process_of[m]
-            owned = held.get(m, [])
-            if len(owned) < self.quota[m]:
-                return False
-            kept = sorted(self._keep_rank(pid, u) for u in owned)[:self.quota[m]]
-            return bool(kept) and self._keep_rank(pid, task) < kept[-1]
+            now = {u: o for o in self.members_of[pid] for u in held.get(o, ())}
+            before = self._kept(pid, now)
+            after = self._kept(pid, {**now, task: m})
+            return after.get(task, m) != m or any(after.get(u) != o for u, o in before.items())
 
         def key(m: str) -> tuple[bool, int, bool, bool, str, int, str]:
             pid = self.process_of[m]
@@ -331,7 +380,9 @@ class _Run:
         def order(t: TaskId) -> tuple[int, TaskId]:
             if t not in self.cur_warmup:
                 return (2, t)
-            return (0 if self.anchor[t] == self.intended[t] else 1, t)
+            # A warm-up continues where its state is: on its process, whichever member keeps it.
+            same = self.process_of[self.anchor[t]] == self.process_of[self.intended[t]]
+            return (0 if same else 1, t)
 
         warmups: dict[TaskId, str] = {}
         budget = self.cfg.max_warmups
