@@ -21,9 +21,13 @@ A, B, C, D = (TaskId("s", p) for p in range(4))
 @dataclass
 class FakeMembership:
     actions_waiting: bool = False
+    cut: bool = False
 
     def has_actions(self) -> bool:
         return self.actions_waiting
+
+    def cut_off(self) -> bool:
+        return self.cut
 
 
 @dataclass
@@ -192,3 +196,27 @@ def test_a_copy_reports_its_position_only_once_its_query_ran_a_batch(pipeline: A
     p._start(A, "active")
     p._queries[A].ends = {shard: 5}
     assert p._task_offsets()[A] == {shard: 5}
+
+
+def test_cut_off_gates_the_actives_readers_until_the_coordinator_answers(pipeline: Any) -> None:
+    """Rule 8: the actives plan no batch while the member is cut off (failover rules 7 and 12); the
+    copies, whose sinks are off, follow on; an active started or promoted meanwhile is gated too."""
+    from regroup.spark.tasks.control import read_control
+
+    p = pipeline
+    p._start_tasks(MemberTasks(frozenset({A}), frozenset({B})))
+    own(p, active={A}, standby={B})
+    p._start_queued()
+    for q in p._queries.values():
+        p._write_control(q)
+    gates = lambda: {t: read_control(q.control).gate for t, q in p._queries.items()}  # noqa: E731
+    assert gates() == {A: False, B: False}
+    p.membership.cut = True
+    p._pause_if_cut_off()
+    assert gates() == {A: True, B: False}
+    p._start_tasks(MemberTasks(active=frozenset({C})))
+    p._write_control(p._queries[C])
+    assert gates()[C] is True
+    p.membership.cut = False
+    p._pause_if_cut_off()
+    assert gates() == {A: False, B: False, C: False}

@@ -32,6 +32,11 @@ is on, which checkpoint is of record):
 7. A copy whose query fails is started again after a back-off (doubling, up to
    ``_COPY_RETRY_MAX_S``) while the coordinator still wants it: a warm-up dropped for good would
    never catch up, and the group would never settle.
+8. Cut off from the coordinator (`regroup.protocol.failover` rules 7 and 12: it may have given the
+   tasks away), every active's reader is gated — it plans no further batch, as when the active is
+   stopped, but the query keeps running — until the coordinator answers again; a batch already
+   running finishes, and its commit is fenced by epoch if the member was fenced meanwhile. Copies
+   follow on: their sinks are off and they never read past the committed offsets.
 """
 
 from __future__ import annotations
@@ -202,6 +207,8 @@ class StreamsPipeline:
         self._copy_failures: collections.Counter[TaskId] = collections.Counter()
         #: Rule 6/7: copies to start, with the role and the earliest time (monotonic) to start them.
         self._queued: dict[TaskId, tuple[str, float]] = {}
+        #: Rule 8: cut off from the coordinator, the actives' readers are gated.
+        self._paused = False
         self._scan_dormant()
         from regroup.spark.startup import register_source
         from regroup.spark.tasks.source import TaskDataSource
@@ -253,6 +260,7 @@ class StreamsPipeline:
         try:
             while not self._stop.is_set():
                 self._handle(self.membership.take_actions())
+                self._pause_if_cut_off()
                 self._start_queued()
                 self._watch()
                 self._refresh()
@@ -592,7 +600,23 @@ class StreamsPipeline:
                                   latest_record([m for _, m in mine.values()]))
 
     def _write_control(self, q: _TaskQuery) -> None:
-        write_control(q.control, Control(q.generation, q.limit, gate=False))
+        write_control(q.control, Control(q.generation, q.limit, gate=self._paused and q.role == ACTIVE))
+
+    def _pause_if_cut_off(self) -> None:
+        """Rule 8: gate the actives' readers while the member is cut off, open them again after."""
+        assert self.membership is not None
+        paused = self.membership.cut_off()
+        if paused == self._paused:
+            return
+        self._paused = paused
+        if paused:
+            log.warning("cut off from the coordinator: no answer for longer than the failover grace allows; "
+                        "it may have given the tasks away: the active tasks plan no batch until it answers")
+        else:
+            log.info("the coordinator answers again: the active tasks go on")
+        for q in list(self._queries.values()):
+            if q.role == ACTIVE:
+                self._write_control(q)
 
     def _sources(self, task: TaskId) -> list[str]:
         for sub in self.topology.subtopologies:
