@@ -50,7 +50,7 @@ from regroup.log.errors import LogTimeoutError
 from regroup.protocol.driver import Backlog, OffsetReset, commit_before_release, held_when_lost
 from regroup.protocol.keyrange import Resume
 from regroup.protocol.member import Action, Assign, Fatal, Lost, MemberStateMachine, Revoke
-from regroup.protocol.microbatch import clip, lanes_of
+from regroup.protocol.microbatch import lane_begin, lanes_of
 from regroup.protocol.shard import Shard, ShardSet
 from regroup.rpc.client import CoordinatorClient
 
@@ -335,8 +335,8 @@ class Consumer:
             for lane in cut:
                 # Each lane where the Resume says for its own keys: a piece that ends higher than
                 # another (`latest` on a split partition) is not read below its end.
-                lr = r if lane == s else clip(r, lane.lo, lane.hi)
-                self._positions[lane] = lr.start
+                start, lr = (r.start, r) if lane == s else lane_begin(r, lane)
+                self._positions[lane] = start
                 if len(cut) > 1 or KeyRanges.reads(s, lr):
                     self._ranges.add(lane, lr)
             self._rr.extend(cut)
@@ -436,10 +436,9 @@ class Consumer:
                 # Where its own keys resume, as at assignment: a part whose keys a former owner all did
                 # beyond ``at`` would sit below the shard's floor once the other lanes' commits raised
                 # the rest of it, and every commit of the shard would be refused (offsets rule 2).
-                own = clip(skip, part.lo, part.hi)
-                start = max(at, own.start)
+                start, own = lane_begin(skip, part, at)
                 self._positions[part] = start
-                self._ranges.add(part, own.passed(start))
+                self._ranges.add(part, own)
                 self._lane_owner[part] = owner
             self._rr = deque(s for s in self._rr if s != x)
             self._rr.extend(parts)

@@ -163,6 +163,17 @@ def clip(resume: Resume, lo: int, hi: int) -> Resume:
     return Resume(start, pending(pieces, start))
 
 
+def lane_begin(resume: Resume, lane: Shard, at: int | None = None) -> tuple[int, Resume]:
+    """Where a new lane of a shard begins, and what it still skips there: at ``at`` (where the lane it
+    was cut from had got to; None at assignment: where ``resume`` begins), or further where
+    ``resume`` says the lane's own keys begin (`clip`). The one rule for the consumer, the PySpark
+    source and the simulator: a lane never begins below its own keys, so its commits never fall
+    below the owned shard's floor (`regroup.protocol.offsets`, rule 2)."""
+    own = clip(resume, lane.lo, lane.hi)
+    start = own.start if at is None else max(at, own.start)
+    return start, own.passed(start)
+
+
 def lane_ends(lanes: Iterable[Shard], pieces: Mapping[tuple[str, int], PieceEnds]) -> dict[Shard, int]:
     """Where each lane's data ends: the end of the open piece holding its keys (of the lowest end, should
     one span several: it is cut at the next boundary). A lane of a partition missing from ``pieces`` is
@@ -546,8 +557,8 @@ class Boundary:
             for lane in cut:
                 # A commit of the shard raised every fragment of its keys to at least that: known for
                 # each lane too.
-                lr = r if lane == s else clip(r, lane.lo, lane.hi)
-                held[lane] = Holding(floor=lr.start, committed=committed.get(s), begin=lr.start, skip=lr.skip)
+                start, lr = (r.start, r) if lane == s else lane_begin(r, lane)
+                held[lane] = Holding(floor=start, committed=committed.get(s), begin=start, skip=lr.skip)
             lanes[s] = cut
         return Boundary(held, self.skipped, lanes)
 
@@ -588,9 +599,9 @@ class Boundary:
                     cut.append(_Lane(lane, None if at is None else at[0], () if at is None else at[1], h))
                     continue
                 for part in parts:
-                    r = clip(Resume(*at), part.lo, part.hi)
-                    h_part = replace(h, floor=r.start, begin=r.start, skip=r.skip)
-                    cut.append(_Lane(part, r.start, r.skip, h_part))
+                    start, r = lane_begin(Resume(*at), part)
+                    h_part = replace(h, floor=start, begin=start, skip=r.skip)
+                    cut.append(_Lane(part, start, r.skip, h_part))
             joined: list[_Lane] = []
             for x in cut:
                 last = joined[-1] if joined else None

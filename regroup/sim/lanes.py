@@ -40,7 +40,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from regroup.protocol.keyrange import Resume
-from regroup.protocol.microbatch import clip, lanes_of
+from regroup.protocol.microbatch import lane_begin, lanes_of
 from regroup.protocol.shard import Shard
 from regroup.sim.invariants import KEY_ORDER
 from regroup.sim.keyranges import RecordKeys, scanned
@@ -74,10 +74,9 @@ class _Lane:
 
 
 def _begun(resume: Resume, lane: Shard, at: int, first_fetch: int) -> _Lane:
-    """A new lane from ``at``, or further where its own keys resume (the consumer's `clip`)."""
-    own = clip(resume, lane.lo, lane.hi)
-    start = max(at, own.start)
-    left = own.passed(start) if own.skip else own
+    """A new lane from ``at``, or further where its own keys resume (`microbatch.lane_begin`, the
+    consumer's rule)."""
+    start, left = lane_begin(resume, lane, at)
     return _Lane(start, first_fetch, start, left if left.skip else None)
 
 
