@@ -91,7 +91,7 @@ def test_one_lookup_at_a_time_shared_by_every_request_that_arrived_before_it_sta
     async def run() -> None:
         fake = FakeLog({0: 10})
         fake.gate.clear()
-        ends = LogEnds(fake.end_offsets)
+        ends = LogEnds(fake.end_offsets, timeout_s=60)  # not failing open here, even on a busy machine
         first = asyncio.create_task(ends.for_offsets({T0: 50}, {"t"}))
         while fake.calls < 1:  # its lookup runs (and waits at the gate)
             await asyncio.sleep(0.01)
