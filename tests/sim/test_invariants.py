@@ -201,10 +201,10 @@ def test_the_rules_are_pure_and_answer_in_words() -> None:
     assert member_epoch(away) == 4 and member_epoch(cur(3, set())) == 3
     assert holders_of({"a": cur(1, {S0}), "b": cur(1, set(), {S0})}) == {S0: {"a", "b"}}
     assert held_twice("g", {S0: {"a", "b"}, S1: {"a"}}, [S0, S1]) == [
-        (S0, "group g: t-0 is held by ['a', 'b'] in the coordinator's state")]
+        (S0, "group g: t:0 is held by ['a', 'b'] in the coordinator's state")]
     assert taken_while_held("a", S0, {"a"}) is None
     assert given_while_held("g", "b", {S0, S1}, {S0: {"a"}}) == [
-        (S0, "group g: b is given t-0 while ['a'] still hold it")]
+        (S0, "group g: b is given t:0 while ['a'] still hold it")]
     assert member_epoch_went_back("g", "a", 4, away) is None  # stepping out is not going back
     assert member_ahead_of_target("g", "a", away, 1) is None
     assert process_epoch_went_back("a#1", 4, 0) is None and process_epoch_went_back("a#1", 4, 3)
