@@ -5,6 +5,9 @@ and the optional dashboard.
 |---|---|
 | `server` | start-up (recovery), the gRPC server, /metrics, shutdown; `ServerConfig`, `serve` |
 | `service` | the servicer: decode, one runtime step per call, perform its effects, answer once durable |
+| `handlers` | the gRPC face: request bytes to messages (malformed, large), the guard around every method |
+| `large` | the lane of large requests: parsed and checked off the event loop, admitted per client |
+| `ends` | where partitions end in the log, for checking commits against it |
 | `runtime` | one core step turned into effects (records, history, nudges, deadline, compaction) |
 | `memory_store` | the runtime's store in memory (simulator, tests) |
 | `store` | SQLite (WAL) record log with group commit and snapshot compaction |

@@ -33,7 +33,7 @@ from typing import Any, TypeAlias
 import grpc
 import grpc.aio
 
-from regroup.coordinator.service import Malformed
+from regroup.coordinator.handlers import Malformed
 from regroup.coordinator.tokens import Grant, Scope, TokenSet
 from regroup.rpc.wire import AUTH_HEADER, SERVICE_NAME
 

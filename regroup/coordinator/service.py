@@ -23,7 +23,8 @@ leaves, take-overs, fences with their reason), every error answered to a client 
 and message, never the call's metadata), unexpected exceptions at error with their traceback.
 
 A request body that is not the method's protobuf message never reaches a handler: its deserializer
-returns `Malformed` and the call is answered INVALID_ARGUMENT ("malformed Heartbeat request: ...").
+returns `Malformed` and the call is answered INVALID_ARGUMENT ("malformed Heartbeat request: ...");
+the deserializers and the guard around every method are `regroup.coordinator.handlers`'.
 
 A request body over the core's ``large_request_bytes`` is not parsed on the event loop: its
 deserializer returns it `Encoded`, and `regroup.coordinator.large` parses and converts it on the lane
@@ -37,18 +38,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Never, TypeVar
+from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
 
 from regroup.coordinator import history as hist
 from regroup.coordinator.ends import LogEnds
+from regroup.coordinator.handlers import Malformed, abort, generic_handler, method_handlers
+from regroup.coordinator.handlers import Stopped as _Stopped
+from regroup.coordinator.handlers import peer as _peer
 from regroup.coordinator.large import Encoded, LargeRequests, TooManyLargeRequests
 from regroup.coordinator.logs import instance_lookup, log_step
 from regroup.coordinator.metrics import Metrics
@@ -70,7 +73,7 @@ from regroup.rpc import regroup_pb2 as pb
 from regroup.rpc import streams_wire, wire
 from regroup.rpc.errors import WireError
 from regroup.rpc.types import GroupDetails, MemberClient, OffsetStatus, TopicsInfo
-from regroup.rpc.wire import CLIENT_ID_HEADER, SERVICE_NAME
+from regroup.rpc.wire import CLIENT_ID_HEADER
 
 log = logging.getLogger("regroup.coordinator")
 
@@ -88,51 +91,12 @@ def unix_ms() -> int:
     return int(time.time() * 1000)
 
 
-class _Stopped(Exception):
-    """The service hit a fatal condition and refuses calls until restarted."""
 
 
-@dataclass(frozen=True, slots=True)
-class Malformed:
-    """What a request deserializer gives for bytes that are not the method's protobuf message (or
-    not valid UTF-8 in a string field); the handler's guard answers it INVALID_ARGUMENT."""
-
-    method: str
-    detail: str
-
-    @property
-    def message(self) -> str:
-        return f"malformed {self.method} request: {self.detail}"
 
 
-def request_parser(method: str, message_type: Any, large_bytes: int | None = None) -> Callable[[bytes], Any]:
-    """``message_type.FromString`` that returns `Malformed` instead of raising (gRPC would answer
-    UNKNOWN with the decoder's exception); a body over ``large_bytes`` is returned `Encoded`, to be
-    parsed on the lane of large requests (`regroup.coordinator.large`), not on the event loop."""
-    parse = message_type.FromString
-    name = message_type.DESCRIPTOR.full_name
-
-    def deserialize(data: bytes) -> Any:
-        try:
-            return parse(data)
-        except Exception as e:  # DecodeError; whatever else the decoder may raise on hostile bytes
-            text = str(e)
-            if text.startswith("Error parsing message") and ": " in text:
-                text = text.split(": ", 1)[1]
-            detail = f"not a valid {name} message" + (f" ({text[:1].lower()}{text[1:200]})" if text else "")
-            return Malformed(method, detail)
-
-    if large_bytes is None:
-        return deserialize
-
-    def deserialize_or_defer(data: bytes) -> Any:
-        return Encoded(method, data, deserialize) if len(data) > large_bytes else deserialize(data)
-    return deserialize_or_defer
 
 
-def _peer(context: Ctx | None) -> str:
-    peer = context.peer() if context is not None else None
-    return peer or "a client"
 
 
 @dataclass(frozen=True, slots=True)
@@ -476,7 +440,7 @@ class CoordinatorService:
         except TooManyLargeRequests as e:
             await self._abort(context, method, grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
 
-    async def _parsed(self, method: str, request: Any, context: Ctx) -> Any:
+    async def parsed(self, method: str, request: Any, context: Ctx) -> Any:
         """A request's message: parsed on the lane when it arrived `Encoded`."""
         if not isinstance(request, Encoded):
             return request
@@ -764,117 +728,16 @@ class CoordinatorService:
         about = f" (group {key[0]!r}, member {key[1]!r})" if key is not None else ""
         log.warning("%s from %s%s answered %s: %s", method, _peer(context), about, code.value, message)
 
-    @staticmethod
-    async def _abort(context: Ctx, method: str, status: grpc.StatusCode, message: str) -> Never:
-        """End the call with a gRPC status (not a protocol answer), and say so in the log."""
-        log.warning("%s from %s ended with %s: %s", method, _peer(context), status.name, message)
-        await context.abort(status, message)
+    _abort = staticmethod(abort)
 
     # ================================================================= gRPC wiring
     def handler(self) -> grpc.GenericRpcHandler:
-        """The generic handler serving `SERVICE_NAME`."""
-        return grpc.method_handlers_generic_handler(SERVICE_NAME, self.method_handlers())
+        """The generic handler serving `SERVICE_NAME` (`regroup.coordinator.handlers`)."""
+        return generic_handler(self)
 
     def method_handlers(self) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
         """Handlers by method name, as declared in proto/regroup.proto."""
-        large = self.coord.config.large_request_bytes
-
-        def unary(name: str, fn: Callable[[Any, Ctx], Awaitable[Any]], req: Any, resp: Any,
-                  ) -> tuple[str, grpc.RpcMethodHandler[Any, Any]]:
-            return name, grpc.unary_unary_rpc_method_handler(
-                self._guarded(name, fn), request_deserializer=request_parser(name, req, large),
-                response_serializer=resp.SerializeToString)
-
-        methods: dict[str, grpc.RpcMethodHandler[Any, Any]] = dict([
-            unary("Heartbeat", self.heartbeat, pb.HeartbeatRequest, pb.HeartbeatResponse),
-            ("HeartbeatStream", grpc.stream_stream_rpc_method_handler(
-                self._guarded_stream("HeartbeatStream", self.heartbeat_stream),
-                request_deserializer=request_parser("HeartbeatStream", pb.HeartbeatRequest, large),
-                response_serializer=pb.HeartbeatResponse.SerializeToString)),
-            ("Watch", grpc.unary_stream_rpc_method_handler(
-                self._guarded_stream("Watch", self.watch),
-                request_deserializer=request_parser("Watch", pb.WatchRequest, large),
-                response_serializer=pb.Nudge.SerializeToString)),
-            unary("CommitOffsets", self.commit_offsets, pb.OffsetCommitRequest, pb.Ack),
-            unary("FetchOffsets", self.fetch_offsets, pb.OffsetFetchRequest, pb.OffsetFetchResponse),
-            unary("GetAssignmentSpec", self.get_assignment_spec, pb.AssignmentSpecRequest,
-                  pb.AssignmentSpecResponse),
-            unary("InstallAssignment", self.install_assignment, pb.InstallAssignmentRequest, pb.Ack),
-            unary("DescribeGroup", self.describe_group, pb.DescribeGroupRequest, pb.DescribeGroupResponse),
-            unary("ListGroups", self.list_groups, pb.ListGroupsRequest, pb.ListGroupsResponse),
-            unary("DeleteGroup", self.delete_group, pb.DeleteGroupRequest, pb.Ack),
-            unary("ResetOffsets", self.reset_offsets, pb.ResetOffsetsRequest, pb.Ack),
-            unary("DeleteOffsets", self.delete_offsets, pb.DeleteOffsetsRequest, pb.Ack),
-            unary("SetParallelism", self.set_parallelism, pb.SetParallelismRequest, pb.Ack),
-            unary("Topics", self.topics, pb.TopicsRequest, pb.TopicsResponse),
-            unary("RefreshTopics", self.refresh_topics, pb.TopicsRequest, pb.TopicsResponse),
-            unary("StreamsHeartbeat", self.streams_heartbeat, pb.StreamsHeartbeatRequest,
-                  pb.StreamsHeartbeatResponse),
-            unary("DescribeStreamsGroup", self.describe_streams_group, pb.DescribeGroupRequest,
-                  pb.DescribeStreamsGroupResponse),
-        ])
-        return methods
-
-    def _guarded(self, method: str, fn: Callable[[Any, Ctx], Awaitable[R]],
-                 ) -> Callable[[Any, Ctx], Awaitable[R]]:
-        """Map the service's own failures to gRPC statuses (never a protocol error code): a malformed
-        request INVALID_ARGUMENT, a stopping service UNAVAILABLE, anything unexpected INTERNAL."""
-        @functools.wraps(fn)
-        async def call(request: Any, context: Ctx) -> R:
-            if isinstance(request, Malformed):
-                await self._abort(context, method, grpc.StatusCode.INVALID_ARGUMENT, request.message)
-            if self.fatal_reason:
-                await self._abort(context, method, grpc.StatusCode.UNAVAILABLE,
-                                  f"the coordinator is stopping: {self.fatal_reason}")
-            if method not in _DECODED_ON_THE_LANE:
-                request = await self._parsed(method, request, context)
-            try:
-                return await fn(request, context)
-            except _Stopped as e:
-                await self._abort(context, method, grpc.StatusCode.UNAVAILABLE,
-                                  f"the coordinator is stopping: {e}")
-            except asyncio.CancelledError:
-                log.debug("%s cancelled (the client went away or the server is stopping)", method)
-                raise
-            except Exception as e:
-                if isinstance(e, grpc.aio.AbortError):
-                    raise
-                log.exception("unexpected error in %s from %s", method, _peer(context))
-                await context.abort(grpc.StatusCode.INTERNAL, f"unexpected error: {type(e).__name__}")
-        return call
-
-    def _guarded_stream(self, method: str, fn: Callable[[Any, Ctx], AsyncGenerator[R, None]],
-                        ) -> Callable[[Any, Ctx], AsyncGenerator[R, None]]:
-        """`_guarded` for a call that answers with a stream (a request stream checks its own messages)."""
-        @functools.wraps(fn)
-        async def call(request: Any, context: Ctx) -> AsyncGenerator[R, None]:
-            if isinstance(request, Malformed):
-                await self._abort(context, method, grpc.StatusCode.INVALID_ARGUMENT, request.message)
-            if self.fatal_reason:
-                await self._abort(context, method, grpc.StatusCode.UNAVAILABLE,
-                                  f"the coordinator is stopping: {self.fatal_reason}")
-            request = await self._parsed(method, request, context)
-            try:
-                async with contextlib.aclosing(fn(request, context)) as answers:
-                    async for answer in answers:
-                        yield answer
-            except _Stopped as e:
-                await self._abort(context, method, grpc.StatusCode.UNAVAILABLE,
-                                  f"the coordinator is stopping: {e}")
-            except asyncio.CancelledError:
-                log.debug("%s cancelled (the client went away or the server is stopping)", method)
-                raise
-            except Exception as e:
-                if isinstance(e, grpc.aio.AbortError):
-                    raise
-                log.exception("unexpected error in %s from %s", method, _peer(context))
-                await context.abort(grpc.StatusCode.INTERNAL, f"unexpected error: {type(e).__name__}")
-        return call
-
-
-#: Methods whose handler decodes and checks a large request on the lane itself (the others get it
-#: parsed there, then convert it on the loop).
-_DECODED_ON_THE_LANE = frozenset({"Heartbeat", "StreamsHeartbeat"})
+        return method_handlers(self)
 
 
 def _host_of(peer: str) -> str:

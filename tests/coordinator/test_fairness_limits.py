@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
+from regroup.coordinator.handlers import Malformed, request_parser
 from regroup.coordinator.large import Encoded, LargeRequests, TooManyLargeRequests
-from regroup.coordinator.service import Malformed, request_parser
 from regroup.protocol.config import CoordinatorConfig
 from regroup.protocol.errors import ProtocolError
 from regroup.protocol.messages import HeartbeatRequest
