@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Never, TypeVar
 
@@ -147,32 +147,45 @@ def method_handlers(service: CoordinatorService) -> dict[str, grpc.RpcMethodHand
     return methods
 
 
+async def _admitted(service: CoordinatorService, method: str, request: Any, context: Ctx) -> None:
+    """A malformed request INVALID_ARGUMENT, any request to a stopping service UNAVAILABLE (rule 2)."""
+    if isinstance(request, Malformed):
+        await abort(context, method, grpc.StatusCode.INVALID_ARGUMENT, request.message)
+    if service.fatal_reason:
+        await abort(context, method, grpc.StatusCode.UNAVAILABLE,
+                    f"the coordinator is stopping: {service.fatal_reason}")
+
+
+@contextlib.asynccontextmanager
+async def _failures_mapped(method: str, context: Ctx) -> AsyncIterator[None]:
+    """The service's own failures inside a call as gRPC statuses (rule 2): a stopping service
+    UNAVAILABLE, anything unexpected INTERNAL; a cancelled call and an abort go on as they are."""
+    try:
+        yield
+    except Stopped as e:
+        await abort(context, method, grpc.StatusCode.UNAVAILABLE, f"the coordinator is stopping: {e}")
+    except asyncio.CancelledError:
+        log.debug("%s cancelled (the client went away or the server is stopping)", method)
+        raise
+    except Exception as e:
+        if isinstance(e, grpc.aio.AbortError):
+            raise
+        log.exception("unexpected error in %s from %s", method, peer(context))
+        await context.abort(grpc.StatusCode.INTERNAL, f"unexpected error: {type(e).__name__}")
+
+
 def guarded(service: CoordinatorService, method: str, fn: Callable[[Any, Ctx], Awaitable[R]],
             ) -> Callable[[Any, Ctx], Awaitable[R]]:
     """Map the service's own failures to gRPC statuses (never a protocol error code): a malformed
     request INVALID_ARGUMENT, a stopping service UNAVAILABLE, anything unexpected INTERNAL."""
     @functools.wraps(fn)
     async def call(request: Any, context: Ctx) -> R:
-        if isinstance(request, Malformed):
-            await abort(context, method, grpc.StatusCode.INVALID_ARGUMENT, request.message)
-        if service.fatal_reason:
-            await abort(context, method, grpc.StatusCode.UNAVAILABLE,
-                        f"the coordinator is stopping: {service.fatal_reason}")
+        await _admitted(service, method, request, context)
         if method not in DECODED_ON_THE_LANE:
             request = await service.parsed(method, request, context)
-        try:
+        async with _failures_mapped(method, context):
             return await fn(request, context)
-        except Stopped as e:
-            await abort(context, method, grpc.StatusCode.UNAVAILABLE,
-                        f"the coordinator is stopping: {e}")
-        except asyncio.CancelledError:
-            log.debug("%s cancelled (the client went away or the server is stopping)", method)
-            raise
-        except Exception as e:
-            if isinstance(e, grpc.aio.AbortError):
-                raise
-            log.exception("unexpected error in %s from %s", method, peer(context))
-            await context.abort(grpc.StatusCode.INTERNAL, f"unexpected error: {type(e).__name__}")
+        raise AssertionError("unreachable: the failure was answered with an abort")
     return call
 
 
@@ -182,25 +195,9 @@ def guarded_stream(service: CoordinatorService, method: str,
     """`guarded` for a call that answers with a stream (a request stream checks its own messages)."""
     @functools.wraps(fn)
     async def call(request: Any, context: Ctx) -> AsyncGenerator[R, None]:
-        if isinstance(request, Malformed):
-            await abort(context, method, grpc.StatusCode.INVALID_ARGUMENT, request.message)
-        if service.fatal_reason:
-            await abort(context, method, grpc.StatusCode.UNAVAILABLE,
-                        f"the coordinator is stopping: {service.fatal_reason}")
+        await _admitted(service, method, request, context)
         request = await service.parsed(method, request, context)
-        try:
-            async with contextlib.aclosing(fn(request, context)) as answers:
-                async for answer in answers:
-                    yield answer
-        except Stopped as e:
-            await abort(context, method, grpc.StatusCode.UNAVAILABLE,
-                        f"the coordinator is stopping: {e}")
-        except asyncio.CancelledError:
-            log.debug("%s cancelled (the client went away or the server is stopping)", method)
-            raise
-        except Exception as e:
-            if isinstance(e, grpc.aio.AbortError):
-                raise
-            log.exception("unexpected error in %s from %s", method, peer(context))
-            await context.abort(grpc.StatusCode.INTERNAL, f"unexpected error: {type(e).__name__}")
+        async with _failures_mapped(method, context), contextlib.aclosing(fn(request, context)) as answers:
+            async for answer in answers:
+                yield answer
     return call
