@@ -350,20 +350,25 @@ def bench_failover(
     runs: int = typer.Option(8, min=1, help="Members killed with kill -9, with the failover grace on."),
     baseline_runs: int = typer.Option(2, min=0, help="Kills with the grace off (each waits a session "
                                                      "timeout); 0 skips the baseline."),
-    members: int = typer.Option(3, min=2, help="Dynamic consumer processes."),
+    members: int = typer.Option(3, min=2, help="Dynamic members (processes) of each kind."),
     partitions: int = typer.Option(6, min=2, help="Partitions of the topic."),
     grace_ms: int = typer.Option(2_000, min=1, help="The coordinator's --failover-grace-ms."),
     session_timeout_ms: int = typer.Option(10_000, min=500, help="The coordinator's session timeout."),
+    kind: str = typer.Option("both", help="Members measured: consumer, spark (PySpark queries) or both."),
+    spark_trigger_ms: int = typer.Option(500, min=1, help="The Spark members' processing-time trigger."),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
 ) -> None:
-    """Real processes: kill -9 a consumer, time until each of its partitions is processed again by
-    another member — with the failover grace and without it (the session timeout)."""
-    from regroup.bench.failover import Settings, run_failover_bench
+    """Real processes: kill -9 a member (a consumer, or a PySpark application with its query), time
+    until each of its partitions is processed again by another member — with the failover grace and
+    without it (the session timeout)."""
+    from regroup.bench.failover import KINDS, Settings, run_failover_bench
 
     try:
+        kinds = KINDS if kind == "both" else (kind,)
         settings = Settings(members=members, partitions=partitions, runs=runs, baseline_runs=baseline_runs,
                             grace_ms=grace_ms, session_timeout_ms=session_timeout_ms,
-                            heartbeat_interval_ms=min(2_000, session_timeout_ms // 3))
+                            heartbeat_interval_ms=min(2_000, session_timeout_ms // 3),
+                            kinds=kinds, spark_trigger_ms=spark_trigger_ms)  # type: ignore[arg-type]
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
     run_failover_bench(settings, json_output=json_output)
