@@ -17,6 +17,9 @@ legitimate commit is never refused and the log is not asked on every commit:
    coordinator's metadata does not know (a request cannot make the coordinator ask the log about
    arbitrary names), a source that cannot tell ends (``static:``, ``file:``), or a lookup that failed
    or took longer than the timeout. Commits never wait on the log longer than that timeout.
+4. **Only for a commit that may pass.** The service looks ends up (`fresh`) only for a commit the
+   core's own checks accept (`Coordinator.commit_refusal`: its member, epoch, ownership): a commit
+   from a member that left or was fenced is answered without waiting on the log.
 """
 
 from __future__ import annotations
@@ -54,8 +57,13 @@ class LogEnds:
         """Ends the core may check ``offsets`` against: those read after this call (rule 1) for the
         topics where an offset is above the cached end; empty when every offset is inside the log as
         far as the cache knows, or nothing can be known (rule 3)."""
+        return await self.fresh(self.to_look_up(offsets, known))
+
+    def to_look_up(self, offsets: Mapping[Shard, int], known: Container[str]) -> list[str]:
+        """The topics of ``offsets`` whose ends must be read fresh: an offset above the cached end (or
+        none cached) of a topic the coordinator knows (rule 3); empty when no lookup can tell more."""
         if self.lookup is None:
-            return {}
+            return []
         ask: set[str] = set()
         for shard, offset in offsets.items():
             topic = shard.topic
@@ -64,9 +72,12 @@ class LogEnds:
             end = self._cached.get(topic, {}).get(shard.partition)
             if end is None or offset > end:
                 ask.add(topic)
-        if not ask:
+        return sorted(ask)
+
+    async def fresh(self, topics: list[str]) -> dict[Shard, int]:
+        """The ends of ``topics``, each read by a lookup that starts after this call (rules 1 to 3)."""
+        if not topics:
             return {}
-        topics = sorted(ask)
         found = await asyncio.gather(*(self._fresh(t) for t in topics))
         return {Shard(t, p): e for t, ends in zip(topics, found, strict=True) for p, e in ends.items()}
 

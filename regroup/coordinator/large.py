@@ -4,7 +4,8 @@ Rules:
 1. A request body over ``large_request_bytes`` (`CoordinatorConfig`) is not parsed by the gRPC
    deserializer on the event loop: it arrives as `Encoded`, and its handler asks `LargeRequests` to
    run the work on the lane's one thread (`prepare`): parse it, convert it (`regroup.rpc.wire`) and,
-   for a heartbeat, run the core's checks of its shape. The largest legal heartbeat (a million owned
+   for a heartbeat of either kind, run the core's checks of its shape (those its step runs first). The
+   largest legal heartbeat (a million owned
    partitions, about 3 MB) takes about 0.2 s of CPU there; the loop meanwhile answers everyone else,
    and the step itself (the core) then runs on the loop as for any request.
 2. Whether one more large request may wait is the core's rule (`large_request_refusal`: per client
@@ -57,6 +58,8 @@ class LargeRequests:
         #: Counted for `regroup chaos abuse` and the metrics: served (read) and refused.
         self.served = 0
         self.refused = 0
+        #: Told ``"read"`` or ``"refused"`` as each large request is (the metrics); must be cheap.
+        self.on_result: Callable[[str], None] | None = None
 
     async def prepare(self, client: str, work: Callable[[], T]) -> T:
         """``work`` (parse, convert, check) on the lane, once the core's rule lets ``client`` wait;
@@ -64,6 +67,8 @@ class LargeRequests:
         refusal = large_request_refusal(self._waiting[client], self._total, self.config)
         if refusal is not None:
             self.refused += 1
+            if self.on_result is not None:
+                self.on_result("refused")
             raise TooManyLargeRequests(refusal)
         self._waiting[client] += 1
         self._total += 1
@@ -75,6 +80,8 @@ class LargeRequests:
             if not self._waiting[client]:
                 del self._waiting[client]
         self.served += 1
+        if self.on_result is not None:
+            self.on_result("read")
         return done
 
     def dispose(self, box: list[Any]) -> None:

@@ -76,6 +76,13 @@ class Metrics:
         self.topic_refreshes = Counter("regroup_topic_refreshes", "Topic metadata refreshes by result",
                                        ["result"], registry=r)
         self.topics = Gauge("regroup_topics", "Topics known to the coordinator", registry=r)
+        self.large_requests = Counter(
+            "regroup_large_requests",
+            "Requests over large_request_bytes, by what the lane of large requests did: read (parsed and "
+            "checked there) or refused (a client or everyone at its limit: RESOURCE_EXHAUSTED)",
+            ["result"], registry=r)
+        for result in ("read", "refused"):  # both shown from the start, at 0
+            self.large_requests.labels(result)
         self._group_labels: set[str] = set()
         self._member_labels: set[tuple[str, str]] = set()
 

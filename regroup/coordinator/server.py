@@ -56,7 +56,7 @@ from regroup.coordinator.watch import Watchers
 from regroup.log import open_kafka_groups
 from regroup.log.errors import LogError
 from regroup.log.kafka_groups import KafkaGroups
-from regroup.protocol.config import DEFAULT_OFFSETS_RETENTION_MS, CoordinatorConfig
+from regroup.protocol.config import DEFAULT_OFFSETS_RETENTION_MS, ConfigError, CoordinatorConfig
 from regroup.protocol.coordinator import Coordinator
 from regroup.protocol.describe import GroupDescription
 from regroup.protocol.errors import ProtocolError
@@ -192,6 +192,12 @@ def _readable_by_others(path: str) -> bool:
         return False
 
 
+def flag_of(field: str) -> str:
+    """The flag that sets a `CoordinatorConfig` field: every field `serve` sets has the flag of its name
+    (``offsets_retention_ms``: ``--offsets-retention-ms``)."""
+    return "--" + field.replace("_", "-")
+
+
 def _host(listen: str) -> str:
     host = listen.rpartition(":")[0]
     return host[1:-1] if host.startswith("[") and host.endswith("]") else host
@@ -206,21 +212,18 @@ async def serve(
     """Serve until ``stop`` is set or SIGTERM/SIGINT arrives; returns the process exit status."""
     if (cfg.tls_cert is None) != (cfg.tls_key is None):
         raise ValueError("TLS needs both --tls-cert and --tls-key")
-    if cfg.offsets_retention_ms <= 0:
-        raise ValueError(f"--offsets-retention-ms must be a positive number of milliseconds (how long an "
-                         f"empty group's committed offsets are kept; default {DEFAULT_OFFSETS_RETENTION_MS}, "
-                         f"7 days), got {cfg.offsets_retention_ms}")
     if cfg.idle_timeout_ms < 1_000:
         raise ValueError(f"--idle-timeout-ms must be at least 1000 (a second), got {cfg.idle_timeout_ms}")
-    if cfg.max_groups < 1:
-        raise ValueError(f"--max-groups must be at least 1, got {cfg.max_groups}")
-    config = CoordinatorConfig(session_timeout_ms=cfg.session_timeout_ms,
-                               heartbeat_interval_ms=cfg.heartbeat_interval_ms,
-                               failover_grace_ms=cfg.failover_grace_ms,
-                               offsets_retention_ms=cfg.offsets_retention_ms, max_groups=cfg.max_groups,
-                               large_request_bytes=cfg.large_request_bytes,
-                               max_large_requests_per_client=cfg.max_large_requests_per_client,
-                               max_large_requests_waiting=cfg.max_large_requests_waiting)
+    try:  # the core checks its settings; the message names the flag that set the one it refused
+        config = CoordinatorConfig(session_timeout_ms=cfg.session_timeout_ms,
+                                   heartbeat_interval_ms=cfg.heartbeat_interval_ms,
+                                   failover_grace_ms=cfg.failover_grace_ms,
+                                   offsets_retention_ms=cfg.offsets_retention_ms, max_groups=cfg.max_groups,
+                                   large_request_bytes=cfg.large_request_bytes,
+                                   max_large_requests_per_client=cfg.max_large_requests_per_client,
+                                   max_large_requests_waiting=cfg.max_large_requests_waiting)
+    except ConfigError as e:
+        raise ValueError(f"{flag_of(e.field)} {e.rule}") from None
     listen, data_dir = cfg.listen, cfg.data_dir
     tokens = _tokens(cfg)
     loop = asyncio.get_running_loop()
@@ -349,6 +352,8 @@ async def serve(
         for w in waiters:
             w.cancel()
         log.info("shutting down%s", f" ({service.fatal_reason})" if service.fatal_reason else "")
+        log.info("lane of large requests (over %d bytes): %d read, %d refused", config.large_request_bytes,
+                 service.large.served, service.large.refused)
         await _cancel(poll_task)
         if dashboard is not None:
             await dashboard.stop()

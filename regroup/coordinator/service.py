@@ -12,7 +12,8 @@ that means for the member is `regroup.protocol.failover`'s rule. The migration p
 (`regroup.coordinator.migration`) reports what a Kafka group a group migrates from holds the same way
 (`external_owners`). On a tick it runs the offsets-retention check with the wall-clock time
 (`expire_offsets`), and before a commit it reads where partitions end when the core may need it
-(`regroup.coordinator.ends`).
+(`regroup.coordinator.ends`) — only once the core's own checks of the commit passed
+(`Coordinator.commit_refusal`), so that a commit they refuse never waits on the log.
 
 Fail-stop: if the store cannot write, or the core raises an unexpected exception in a call that
 changes state, memory may no longer match the disk. The service then refuses further calls and asks
@@ -28,7 +29,8 @@ the deserializers and the guard around every method are `regroup.coordinator.han
 
 A request body over the core's ``large_request_bytes`` is not parsed on the event loop: its
 deserializer returns it `Encoded`, and `regroup.coordinator.large` parses and converts it on the lane
-of large requests — a heartbeat also checked there by the core's own `validate_heartbeat`, whose
+of large requests — a heartbeat of either kind also checked there by the core's own shape check
+(`validate_heartbeat`, a streams member's `regroup.protocol.streams.fencing.validate`), whose
 refusal is answered as the step would have answered it (a lane that is full: RESOURCE_EXHAUSTED with
 the core's message naming the limit) — so that the largest legal heartbeats of some clients do not
 delay everyone's heartbeats.
@@ -65,6 +67,7 @@ from regroup.protocol.errors import ErrorCode, ProtocolError
 from regroup.protocol.external import ExternalView
 from regroup.protocol.messages import STATIC_LEAVE_EPOCH, Ack, HeartbeatResponse, OffsetFetchResponse
 from regroup.protocol.shard import Shard
+from regroup.protocol.streams.fencing import validate as validate_streams_heartbeat
 from regroup.protocol.streams.messages import StreamsHeartbeatResponse
 from regroup.protocol.timers import MemberKey
 from regroup.protocol.topics import TopicMetadata
@@ -147,6 +150,7 @@ class CoordinatorService:
         self.clients: dict[MemberKey, tuple[str, str, int]] = {}
         #: Where requests over ``large_request_bytes`` are read and checked (`regroup.coordinator.large`).
         self.large = LargeRequests(coord.config)
+        self.large.on_result = lambda result: self.metrics.large_requests.labels(result).inc()
         #: Told of every step that wrote records (the dashboard's feed); must be cheap.
         self.on_step: Callable[[Effects[Any]], None] | None = None
         self.stopped = asyncio.Event()
@@ -362,7 +366,8 @@ class CoordinatorService:
             lambda msg: streams_wire.streams_heartbeat_request_from_pb(
                 msg, self.coord.config.max_owned_shards),
             lambda c, req: c.streams_heartbeat(req, self.clock()),
-            streams_wire.streams_heartbeat_response_to_pb, StreamsHeartbeatResponse)
+            streams_wire.streams_heartbeat_response_to_pb, StreamsHeartbeatResponse,
+            check=lambda req: validate_streams_heartbeat(req, self.coord.config))
 
     async def _member_heartbeat(self, method: str, request: Any, context: Ctx, decode: Callable[[Any], Any],
                                 call: Callable[[Coordinator, Any], Outcome[Any]], encode: Callable[[Any], R],
@@ -538,7 +543,12 @@ class CoordinatorService:
             req = wire.commit_request_from_pb(request)
         except WireError as e:
             return self._ack("CommitOffsets", Ack(ErrorCode.INVALID_REQUEST, str(e)), context)
-        ends = await self.ends.for_offsets(req.offsets, self.coord.topics)
+        ends: dict[Shard, int] = {}
+        topics = self.ends.to_look_up(req.offsets, self.coord.topics)
+        # The core's own checks first (member, epoch, ownership): a commit they refuse is answered by
+        # the step below at once; only one they pass waits for the log's ends (ends rule 4).
+        if topics and self.runtime.read(lambda c: c.commit_refusal(req)).response is None:
+            ends = await self.ends.fresh(topics)
         ack = await self._released(self._step(lambda c: c.commit_offsets(req, self.clock(), ends)))
         return self._ack("CommitOffsets", ack, context)
 

@@ -45,6 +45,15 @@ every existing row computed and the format set to 2. Those old rows are thereby 
 write. An older regroup refuses a format-2 store ("written in store format 2") instead of adding rows
 without checksums to it. The ``crc`` column is nullable in both (``ALTER TABLE`` cannot add a NOT NULL
 column without a default), so one schema serves both; in format 2 a NULL checksum is damage.
+
+Read-only (``SqliteLog(path, read_only=True)``, for tools that inspect a stopped coordinator's data
+dir, such as `regroup.chaos.replay`): the file is opened through SQLite's read-only URI (``mode=ro``)
+and nothing in the dir changes — no table is created and a format-1 store is not upgraded: each row's
+checksum is computed as the upgrade would store it, in the query that reads it, so the rows are read
+and checked exactly as after an upgrade. With no ``-wal`` file beside the database (a coordinator that
+stopped cleanly) it is also opened ``immutable``, so SQLite creates no ``-wal``/``-shm`` files either;
+a ``-wal`` file left by a coordinator that was killed (or is running) is read through SQLite's shared
+memory as usual.
 """
 
 from __future__ import annotations
@@ -64,6 +73,7 @@ import time
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO
 
 from regroup.coordinator import codec
@@ -83,6 +93,12 @@ FORMAT = 2
 _UPGRADABLE = 1
 if codec.FORMAT != 1:  # a programming error: the stored text changes, so the store format must too
     raise ImportError(f"codec.FORMAT is {codec.FORMAT}: give the store a new FORMAT and an upgrade for it")
+
+#: Each table's checksum as a query reads it: the stored column (format 2), or computed from the row as
+#: the upgrade stores it (format 1: the upgrade's UPDATE, and a read-only open that may not upgrade).
+_CRC_STORED = {"records": "crc", "snapshot": "crc", "history": "crc"}
+_CRC_AS_UPGRADED = {"records": "regroup_checksum(seq, data)", "snapshot": "regroup_checksum(pos, data)",
+                    "history": "regroup_history_checksum(group_id, at_unix_ms, kind, epoch, cause)"}
 
 # Tables as an upgraded format-1 store has them too: ``crc`` nullable (see the module docstring).
 _SCHEMA = """
@@ -137,16 +153,25 @@ class Loaded:
 class SqliteLog:
     """The database file. Not thread-safe: one thread at a time (recovery, then the writer).
 
-    A file SQLite cannot read, or one in another format, is a `StoreError` here already."""
+    A file SQLite cannot read, or one in another format, is a `StoreError` here already. ``read_only``:
+    read it without changing anything (module docstring), a missing file a `StoreError` too."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, read_only: bool = False) -> None:
         self.path = path
+        self.read_only = read_only
+        self._crc = _CRC_STORED
         try:
-            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            if read_only:
+                self._db = self._connect_read_only(path)
+            else:
+                self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as e:
             raise self._refused(e) from e
         try:
-            self._open()
+            if read_only:
+                self._open_read_only()
+            else:
+                self._open()
         except sqlite3.Error as e:
             self._db.close()
             raise self._refused(e) from e
@@ -170,21 +195,46 @@ class SqliteLog:
             raise StoreError(f"{path} was written in store format {row[0]}, this version reads format "
                              f"{FORMAT} (and upgrades format {_UPGRADABLE})")
 
+    @staticmethod
+    def _connect_read_only(path: str) -> sqlite3.Connection:
+        if not os.path.isfile(path):
+            raise StoreError(f"{path}: no coordinator store to read (no such file)")
+        uri = f"{Path(path).absolute().as_uri()}?mode=ro"
+        if not os.path.exists(path + "-wal"):  # nothing beyond the file to read: no -wal/-shm created
+            uri += "&immutable=1"
+        return sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+
+    def _open_read_only(self) -> None:
+        """The format, checked as `_open` does, without writing: a format-1 store is read as if upgraded."""
+        path = self.path
+        tables = "SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'"
+        if self._db.execute(tables).fetchone() is None:
+            raise StoreError(f"{path} holds no coordinator store (no meta table)")
+        row = self._db.execute("SELECT value FROM meta WHERE key='format'").fetchone()
+        if row is not None and row[0] == str(_UPGRADABLE):
+            self._checksum_functions()
+            self._crc = _CRC_AS_UPGRADED
+        elif row is None or row[0] != str(FORMAT):
+            raise StoreError(f"{path} was written in store format {row[0] if row else 'unknown'}, this "
+                             f"version reads format {FORMAT} (and format {_UPGRADABLE})")
+
+    def _checksum_functions(self) -> None:
+        self._db.create_function("regroup_checksum", 2, _sql_checksum, deterministic=True)
+        self._db.create_function("regroup_history_checksum", 5, history_checksum, deterministic=True)
+
     def _upgrade(self) -> None:
         """Format 1 -> 2: add the checksums, in one transaction (module docstring)."""
         db = self._db
-        db.create_function("regroup_checksum", 2, _sql_checksum, deterministic=True)
-        db.create_function("regroup_history_checksum", 5, history_checksum, deterministic=True)
+        self._checksum_functions()
         db.execute("BEGIN IMMEDIATE")
         try:
             for table in ("records", "snapshot", "history"):
                 columns = {c for (_, c, *_) in db.execute(f"PRAGMA table_info({table})")}
                 if "crc" not in columns:
                     db.execute(f"ALTER TABLE {table} ADD COLUMN crc INTEGER")
-            n = db.execute("UPDATE records SET crc = regroup_checksum(seq, data)").rowcount
-            n += db.execute("UPDATE snapshot SET crc = regroup_checksum(pos, data)").rowcount
-            h = db.execute("UPDATE history SET crc = regroup_history_checksum(group_id, at_unix_ms, kind, "
-                           "epoch, cause)").rowcount
+            n = db.execute(f"UPDATE records SET crc = {_CRC_AS_UPGRADED['records']}").rowcount
+            n += db.execute(f"UPDATE snapshot SET crc = {_CRC_AS_UPGRADED['snapshot']}").rowcount
+            h = db.execute(f"UPDATE history SET crc = {_CRC_AS_UPGRADED['history']}").rowcount
             db.execute("UPDATE meta SET value=? WHERE key='format'", (str(FORMAT),))
             db.execute("COMMIT")
         except BaseException:
@@ -231,9 +281,10 @@ class SqliteLog:
         if upto_seq is not None and upto_seq < snapshot_seq:
             raise StoreError(f"{self.path}: the snapshot covers records up to {snapshot_seq}; the state as "
                              f"of record {upto_seq} is gone")
+        crc_of = self._crc
         records = []
-        for expected, (pos, data, crc) in enumerate(db.execute("SELECT pos, data, crc FROM snapshot "
-                                                               "ORDER BY pos")):
+        for expected, (pos, data, crc) in enumerate(db.execute(f"SELECT pos, data, {crc_of['snapshot']} "
+                                                               "FROM snapshot ORDER BY pos")):
             if pos != expected:
                 raise self._damaged(f"snapshot row {expected} is missing (the next row has pos {shown(pos)})")
             records.append(self._record("snapshot row", pos, data, crc))
@@ -244,7 +295,7 @@ class SqliteLog:
                                 f"to {snapshot_seq} (meta.snapshot_seq or the records table changed)")
         last_seq = snapshot_seq
         last = 2**63 - 1 if upto_seq is None else upto_seq
-        tail = "SELECT seq, data, crc FROM records WHERE seq > ? AND seq <= ? ORDER BY seq"
+        tail = f"SELECT seq, data, {crc_of['records']} FROM records WHERE seq > ? AND seq <= ? ORDER BY seq"
         for seq, data, crc in db.execute(tail, (snapshot_seq, last)):
             if seq != last_seq + 1:
                 raise self._damaged(f"record {last_seq + 1} is missing (the row after record {last_seq} "
@@ -252,7 +303,8 @@ class SqliteLog:
             records.append(self._record("record", seq, data, crc))
             last_seq = seq
         history = []
-        rows = db.execute("SELECT id, group_id, at_unix_ms, kind, epoch, cause, crc FROM history ORDER BY id")
+        rows = db.execute(f"SELECT id, group_id, at_unix_ms, kind, epoch, cause, {crc_of['history']} "
+                          "FROM history ORDER BY id")
         for hid, g, at, kind, epoch, cause, crc in rows:
             actual = history_checksum(g, at, kind, epoch, cause)
             if crc != actual:
@@ -279,6 +331,7 @@ class SqliteLog:
 
     def append(self, rows: Sequence[tuple[int, str]], history: Sequence[HistoryOp]) -> None:
         """One transaction; durable when this returns. ``rows``: (seq, encoded record)."""
+        self._writable("append")
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
@@ -300,6 +353,7 @@ class SqliteLog:
 
     def compact(self, snapshot: Sequence[str], upto_seq: int, groups: set[str], history_limit: int) -> None:
         """Replace the snapshot by ``snapshot`` (state as of ``upto_seq``) in one transaction."""
+        self._writable("compact")
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
@@ -320,6 +374,10 @@ class SqliteLog:
             raise
         with contextlib.suppress(sqlite3.Error):  # shrink the WAL after a big rewrite
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def _writable(self, what: str) -> None:
+        if self.read_only:
+            raise StoreError(f"{self.path} is open read-only: cannot {what}")
 
     def counts(self) -> tuple[int, int]:
         """(snapshot records, tail records) on disk."""

@@ -1,4 +1,9 @@
-"""Coordinator settings that the protocol core enforces. All times are milliseconds."""
+"""Coordinator settings that the protocol core enforces. All times are milliseconds.
+
+A setting out of range is a `ConfigError` naming its field, so that a shell that sets the field from a
+flag of its own (the coordinator's command line) can say it with the flag's name, without checking
+the value itself a second time.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,16 @@ from regroup.protocol.failover import check_grace
 DEFAULT_OFFSETS_RETENTION_MS = 7 * 24 * 60 * 60 * 1000
 #: The longest interval between two retention checks (`retention_check_ms`).
 MAX_RETENTION_CHECK_MS = 60_000
+
+
+class ConfigError(ValueError):
+    """A setting the core refuses: ``field`` names it, ``rule`` says what it must be (and what it was);
+    the message is the two together."""
+
+    def __init__(self, field: str, rule: str) -> None:
+        super().__init__(f"{field} {rule}")
+        self.field = field
+        self.rule = rule
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,31 +68,36 @@ class CoordinatorConfig:
 
     def __post_init__(self) -> None:
         if self.heartbeat_interval_ms <= 0:
-            raise ValueError(f"heartbeat_interval_ms must be positive, got {self.heartbeat_interval_ms}")
+            raise ConfigError("heartbeat_interval_ms", f"must be positive, got {self.heartbeat_interval_ms}")
         if self.session_timeout_ms <= self.heartbeat_interval_ms:
-            raise ValueError(
-                f"session_timeout_ms ({self.session_timeout_ms}) must be larger than "
-                f"heartbeat_interval_ms ({self.heartbeat_interval_ms}), or every member would be fenced")
+            raise ConfigError("session_timeout_ms", f"must be larger than the heartbeat interval "
+                              f"({self.heartbeat_interval_ms} ms), or every member would be fenced; got "
+                              f"{self.session_timeout_ms}")
         if self.max_group_size < 1:
-            raise ValueError(f"max_group_size must be at least 1, got {self.max_group_size}")
+            raise ConfigError("max_group_size", f"must be at least 1, got {self.max_group_size}")
         if self.max_rebalance_timeout_ms <= 0:
-            raise ValueError("max_rebalance_timeout_ms must be positive")
+            raise ConfigError("max_rebalance_timeout_ms",
+                              f"must be positive, got {self.max_rebalance_timeout_ms}")
         check_grace(self.failover_grace_ms)
         if isinstance(self.offsets_retention_ms, bool) or not isinstance(self.offsets_retention_ms, int) \
                 or self.offsets_retention_ms <= 0:
-            raise ValueError(f"offsets_retention_ms must be a positive number of milliseconds (how long an "
-                             f"empty group's offsets are kept; Kafka's default is 7 days, "
-                             f"{DEFAULT_OFFSETS_RETENTION_MS}), got {self.offsets_retention_ms!r}")
+            raise ConfigError("offsets_retention_ms", f"must be a positive number of milliseconds (how long "
+                              f"an empty group's offsets are kept; Kafka's default is 7 days, "
+                              f"{DEFAULT_OFFSETS_RETENTION_MS}), got {self.offsets_retention_ms!r}")
         if self.max_groups < 1:
-            raise ValueError(f"max_groups must be at least 1, got {self.max_groups}")
+            raise ConfigError("max_groups", f"must be at least 1, got {self.max_groups}")
         if self.max_reset_offsets < 1:
-            raise ValueError(f"max_reset_offsets must be at least 1, got {self.max_reset_offsets}")
-        if self.large_request_bytes < 1 or self.max_large_requests_per_client < 1 \
-                or self.max_large_requests_waiting < self.max_large_requests_per_client:
-            raise ValueError(f"large requests: large_request_bytes ({self.large_request_bytes}) and "
-                             f"max_large_requests_per_client ({self.max_large_requests_per_client}) must "
-                             f"be at least 1, max_large_requests_waiting ({self.max_large_requests_waiting}) "
-                             f"at least max_large_requests_per_client")
+            raise ConfigError("max_reset_offsets", f"must be at least 1, got {self.max_reset_offsets}")
+        if self.large_request_bytes < 1:
+            raise ConfigError("large_request_bytes", f"must be at least 1 (bytes above which large requests "
+                              f"take their own lane), got {self.large_request_bytes}")
+        if self.max_large_requests_per_client < 1:
+            raise ConfigError("max_large_requests_per_client", f"must be at least 1 (large requests one "
+                              f"client may have waiting), got {self.max_large_requests_per_client}")
+        if self.max_large_requests_waiting < self.max_large_requests_per_client:
+            raise ConfigError("max_large_requests_waiting", f"must be at least the large requests one client "
+                              f"may have waiting ({self.max_large_requests_per_client}), got "
+                              f"{self.max_large_requests_waiting}")
 
     @property
     def retention_check_ms(self) -> int:

@@ -57,7 +57,7 @@ from regroup.protocol.messages import (
     OffsetFetchResponse,
     OffsetResetRequest,
 )
-from regroup.protocol.offsets import check_within_ends
+from regroup.protocol.offsets import check_within_ends, commit_records
 from regroup.protocol.outcome import AnyRecord, Outcome, merged
 from regroup.protocol.records import EmptySinceRecord, GroupEpochRecord, OffsetRecord, Record
 from regroup.protocol.retention import GroupUse, Retention, duration
@@ -245,6 +245,25 @@ class Coordinator:
             return self.streams.commit_offsets(req, now)
         return self.consumer.commit_offsets(req, now, ends)
 
+    def commit_refusal(self, req: OffsetCommitRequest) -> Ack | None:
+        """What `commit_offsets` answers a commit its own checks refuse (its shape, the group, the
+        member's epoch, what it owns, the order of offsets), or None: they pass, and only the log's end
+        may still refuse it (rule 5). Changes nothing: a shell asks it before looking ends up, so that
+        a zombie's commit is answered without waiting on the log."""
+        try:
+            if req.group_id in self.streams.groups:
+                refused = _key_ranges_refused(req.group_id, req.offsets)
+                if refused is not None:
+                    return refused
+                validate_commit(req, self.config)
+                task_offsets.commit_records(self.streams.groups[req.group_id], req)
+            else:
+                validate_commit(req, self.config)
+                commit_records(self.groups.get(req.group_id), req)
+        except ProtocolError as e:
+            return Ack(e.code, e.message)
+        return None
+
     def reset_offsets(self, req: OffsetResetRequest, now: int) -> Outcome[Ack]:
         """An operator's reset; a group id nobody uses yet becomes an empty consumer group (rule 2),
         unless the coordinator holds ``max_groups`` groups already (rule 5)."""
@@ -333,10 +352,7 @@ class Coordinator:
         """A streams member's commit refused for an offset beyond the log's end (rule 5) — once its own
         checks passed (they answer first, as for a consumer group: a zombie hears it is one); None: go
         on (also when those checks refuse: the streams group answers that itself)."""
-        try:
-            validate_commit(req, self.config)
-            task_offsets.commit_records(self.streams.groups[req.group_id], req)
-        except ProtocolError:
+        if self.commit_refusal(req) is not None:
             return None
         try:
             check_within_ends(req.offsets, ends)

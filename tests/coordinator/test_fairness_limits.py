@@ -5,15 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from regroup.coordinator.handlers import Malformed, request_parser
 from regroup.coordinator.large import Encoded, LargeRequests, TooManyLargeRequests
+from regroup.coordinator.service import CoordinatorService
+from regroup.coordinator.store import DurableStore
 from regroup.protocol.config import CoordinatorConfig
-from regroup.protocol.errors import ProtocolError
+from regroup.protocol.coordinator import Coordinator
+from regroup.protocol.errors import ErrorCode, ProtocolError
 from regroup.protocol.messages import HeartbeatRequest
 from regroup.protocol.shard import KEY_SPACE, Shard
+from regroup.protocol.streams.messages import StreamsHeartbeatRequest
 from regroup.protocol.validation import (
     LISTING_SLICE,
     ListedShards,
@@ -23,6 +29,7 @@ from regroup.protocol.validation import (
     validate_heartbeat,
 )
 from regroup.rpc import regroup_pb2 as pb
+from regroup.rpc import streams_wire, wire
 
 CFG = CoordinatorConfig()
 
@@ -134,6 +141,44 @@ def test_the_lane_refuses_a_second_large_request_of_a_client_and_serves_others()
 
     asyncio.run(scenario())
 
+
+class _Context:
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:1"
+
+
+def test_a_large_streams_heartbeat_is_checked_by_the_core_on_the_lane_as_a_consumer_one_is(
+        tmp_path: Path) -> None:
+    """A shape the core refuses (a join without its rebalance timeout) is answered with the core's
+    message from the lane: the step, on the event loop, never sees the request."""
+    async def run() -> tuple[Any, list[str]]:
+        store = DurableStore(str(tmp_path))
+        store.open()
+        store.start(asyncio.get_running_loop())
+        service = CoordinatorService(Coordinator(), store)
+        steps: list[str] = []
+        step = service.runtime.step
+
+        def counted(*args: Any) -> Any:
+            steps.append("step")
+            return step(*args)
+
+        service.runtime.step = counted  # type: ignore[method-assign]
+        req = StreamsHeartbeatRequest("g", "m", 0, process_id="p")  # a join must send rebalance_timeout_ms
+        data = streams_wire.streams_heartbeat_request_to_pb(req).SerializeToString()
+        parse = request_parser("StreamsHeartbeat", pb.StreamsHeartbeatRequest)
+        encoded = Encoded("StreamsHeartbeat", data, parse)
+        try:
+            answer = await service.streams_heartbeat(encoded, _Context())  # type: ignore[arg-type]
+            return answer, steps
+        finally:
+            await service.close()
+            await store.close()
+
+    answer, steps = asyncio.run(run())
+    assert wire.error_from_pb(answer.error) is ErrorCode.INVALID_REQUEST
+    assert "a join (member_epoch 0) must send its rebalance_timeout_ms" in answer.message
+    assert steps == []
 
 
 def test_a_listing_has_frozensets_named_methods() -> None:

@@ -17,11 +17,18 @@ import pytest
 
 from regroup.coordinator import codec
 from regroup.coordinator.ends import LogEnds
+from regroup.coordinator.server import ServerConfig, serve
+from regroup.coordinator.service import CoordinatorService
+from regroup.coordinator.store import DurableStore
 from regroup.log import LogRecord, open_log
+from regroup.protocol.config import ConfigError, CoordinatorConfig
+from regroup.protocol.coordinator import Coordinator
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.messages import HeartbeatRequest, OffsetCommitRequest
 from regroup.protocol.records import EmptySinceRecord
 from regroup.protocol.shard import EMPTY, Shard
+from regroup.protocol.topics import TopicMetadata
+from regroup.rpc import wire
 from regroup.rpc.client import CoordinatorClient
 from tests.coordinator.server_proc import start_server
 
@@ -108,6 +115,47 @@ def test_one_lookup_at_a_time_shared_by_every_request_that_arrived_before_it_sta
     asyncio.run(run())
 
 
+class _Context:
+    """What the service asks of a call's context when it answers a commit (who called, for its log)."""
+
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:1"
+
+
+def test_a_commit_the_core_refuses_is_answered_without_looking_up_the_log_end(tmp_path: Path) -> None:
+    """Unknown member, stale epoch, a shard it does not own: the core's own checks answer first, and
+    the log is not asked; a commit that passes them is checked against an end read for it."""
+    async def run() -> list[tuple[ErrorCode, int]]:
+        store = DurableStore(str(tmp_path))
+        store.open()
+        store.start(asyncio.get_running_loop())
+        service = CoordinatorService(Coordinator(topics=TopicMetadata({"t": 2})), store)
+        fake = FakeLog({0: 10, 1: 10})
+        service.ends = LogEnds(fake.end_offsets, timeout_s=60)
+        try:
+            join = HeartbeatRequest("g", "m", 0, rebalance_timeout_ms=30_000, subscribed_topics=("t",),
+                                    owned=EMPTY)
+            joined = service._step(lambda c: c.heartbeat(join, service.clock())).response
+            assert joined.assignment == frozenset({T0, T1}), joined
+            epoch = joined.member_epoch
+            out = []
+            for member, at, shard, offset in (("zombie", epoch, T0, 50), ("m", epoch + 1, T0, 50),
+                                              ("m", epoch, Shard("t", 7), 50),  # not its shard
+                                              ("m", epoch, T0, 50),  # passes: the end (10) refuses it
+                                              ("m", epoch, T0, 9)):  # inside the end just read
+                req = OffsetCommitRequest("g", member, at, {shard: offset})
+                ack = await service.commit_offsets(wire.commit_request_to_pb(req), _Context())  # type: ignore[arg-type]
+                out.append((wire.error_from_pb(ack.error), fake.calls))
+            return out
+        finally:
+            await service.close()
+            await store.close()
+
+    assert asyncio.run(run()) == [(ErrorCode.UNKNOWN_MEMBER_ID, 0), (ErrorCode.STALE_MEMBER_EPOCH, 0),
+                                  (ErrorCode.NOT_OWNED, 0), (ErrorCode.INVALID_REQUEST, 1),
+                                  (ErrorCode.NONE, 1)]
+
+
 def test_a_failed_or_slow_lookup_fails_open() -> None:
     async def run() -> None:
         fake = FakeLog({0: 10})
@@ -192,3 +240,24 @@ def test_a_retention_that_is_not_positive_is_refused_at_start_up(tmp_path: Path,
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert "--offsets-retention-ms must be a positive number of milliseconds" in done.stderr
     assert f"got {retention}" in done.stderr
+
+
+@pytest.mark.parametrize(("setting", "said"), [
+    ({"offsets_retention_ms": 0}, "--offsets-retention-ms must be a positive number of milliseconds"),
+    ({"max_groups": 0}, "--max-groups must be at least 1, got 0"),
+    ({"heartbeat_interval_ms": 0}, "--heartbeat-interval-ms must be positive, got 0"),
+    ({"session_timeout_ms": 5_000},
+     "--session-timeout-ms must be larger than the heartbeat interval (5000 ms)"),
+    ({"max_large_requests_per_client": 4, "max_large_requests_waiting": 3},
+     "--max-large-requests-waiting must be at least the large requests one client may have waiting (4)"),
+])
+def test_a_setting_the_core_refuses_is_named_by_its_flag(tmp_path: Path, setting: dict[str, int],
+                                                         said: str) -> None:
+    """The core's own check of its settings, worded with the flag that set the value (one check)."""
+    with pytest.raises(ValueError) as refused:
+        asyncio.run(serve(ServerConfig(str(tmp_path / "data"), **setting)))  # type: ignore[arg-type]
+    assert said in str(refused.value), refused.value
+    assert not (tmp_path / "data").exists()  # refused before anything was opened
+    with pytest.raises(ConfigError) as e:
+        CoordinatorConfig(**setting)
+    assert e.value.field in str(refused.value).replace("-", "_") and str(e.value).startswith(e.value.field)

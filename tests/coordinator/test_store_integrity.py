@@ -12,13 +12,16 @@ from pathlib import Path
 
 import pytest
 
+from regroup.chaos.replay import core_state, replayed_state
 from regroup.coordinator import codec
 from regroup.coordinator import store as store_mod
 from regroup.coordinator.history import HistoryOp
-from regroup.coordinator.store import DurableStore, StoreError
+from regroup.coordinator.store import DurableStore, SqliteLog, StoreError
+from regroup.protocol.config import CoordinatorConfig
 from regroup.protocol.coordinator import Coordinator
 from regroup.protocol.records import GroupEpochRecord, OffsetRecord, Record
 from regroup.protocol.shard import Shard
+from regroup.protocol.streams.coordinator import StreamsConfig
 from regroup.rpc.types import EpochChange
 from tests.coordinator.workload import RecordingGroup, run_workload
 
@@ -243,3 +246,71 @@ def test_a_file_sqlite_cannot_open_is_refused_without_calling_it_damaged(tmp_pat
     said = _refusal(tmp_path)
     assert "SQLite cannot use it (unable to open database file); check the data dir's" in said, said
     assert "damaged" not in said, said
+
+
+# ---------------------------------------------------------------------------------------- read-only
+
+
+def _files(data_dir: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(data_dir.iterdir())}
+
+
+def test_a_replay_of_a_format_1_dir_reads_it_without_changing_a_byte(tmp_path: Path) -> None:
+    """`regroup chaos replay` inspects a data dir: it must not upgrade it (nor create a file in it)."""
+    live, snapshot, tail = _workload()
+    history = [("g", EpochChange(1, "group", 1, "member 'a' joined"))]
+    _format_1_store(tmp_path, snapshot, 1000, tail, history)
+    before = _files(tmp_path)
+
+    state, replayed = replayed_state(tmp_path, None, dict(live.topics), CoordinatorConfig(), StreamsConfig())
+    assert _files(tmp_path) == before  # the same files, byte for byte: still format 1
+    assert replayed == len(snapshot) + len(tail)
+    assert state == core_state(live)
+    ro = SqliteLog(str(tmp_path / store_mod.DB_FILE), read_only=True)
+    try:
+        assert ro.load().history == [HistoryOp(g, e) for g, e in history]
+    finally:
+        ro.close()
+    assert _files(tmp_path) == before
+    assert DurableStore(str(tmp_path)).open().records == [*snapshot, *tail]  # the coordinator upgrades it
+
+
+def test_a_read_only_open_checks_rows_refuses_writes_and_reads_a_killed_coordinators_wal(
+        tmp_path: Path) -> None:
+    records = _written(tmp_path, compact=False)
+    path = str(tmp_path / store_mod.DB_FILE)
+    ro = SqliteLog(path, read_only=True)
+    try:
+        assert ro.load().records == records
+        with pytest.raises(StoreError, match="is open read-only: cannot append"):
+            ro.append([(7, codec.encode(GroupEpochRecord("g", 3)))], [])
+    finally:
+        ro.close()
+    # A writer that did not close (killed): its rows are in the -wal file, which the read must see.
+    writer = sqlite3.connect(path, isolation_level=None)
+    try:
+        text = codec.encode(GroupEpochRecord("g", 3))
+        writer.execute("PRAGMA journal_mode=WAL")
+        writer.execute("INSERT INTO records (seq, data, crc) VALUES (7, ?, ?)",
+                       (text, store_mod.checksum(7, text)))
+        ro = SqliteLog(path, read_only=True)
+        try:
+            assert ro.load().records == [*records, GroupEpochRecord("g", 3)]
+        finally:
+            ro.close()
+    finally:
+        writer.close()
+    _sql(tmp_path, "UPDATE records SET data=replace(data, '789', '780') WHERE seq=2")
+    with pytest.raises(StoreError, match=r"is damaged: record 2 .* fails its checksum"):
+        SqliteLog(path, read_only=True).load()
+    with pytest.raises(StoreError, match="no coordinator store to read"):
+        SqliteLog(str(tmp_path / "elsewhere.db"), read_only=True)
+
+
+def test_a_damaged_format_1_row_is_refused_by_a_read_only_open_too(tmp_path: Path) -> None:
+    _format_1_store(tmp_path, [], 0, [GroupEpochRecord("g", 1), GroupEpochRecord("g", 2)], [])
+    _sql(tmp_path, "UPDATE records SET data=x'00' WHERE seq=2")
+    before = _files(tmp_path)
+    with pytest.raises(StoreError, match=r"record 2 reads as bytes b'\\x00'"):
+        SqliteLog(str(tmp_path / store_mod.DB_FILE), read_only=True).load()
+    assert _files(tmp_path) == before
