@@ -21,15 +21,18 @@ Rules of this module:
 
 1. One coordinator per mode: *grace* (``--failover-grace-ms GRACE``) and *off* (``0``: a killed
    member is found by its session timeout), both with the same session timeout and heartbeat
-   interval. The members join, and the group must be stable with every partition owned.
+   interval. The members join, and the group must be stable with every partition owned, and every
+   member must have processed records since (two batches): a Spark application's first batches
+   are slow, and a survivor still in them would measure its start, not the failover.
 2. A run kills the longest-running member with SIGKILL and takes the wall-clock time just before.
    For each partition the coordinator said it owned, the *failover* is the time from the kill until
-   a surviving member hands out the first record of that partition (its ``first`` line). The
+   a surviving member hands out the first record of that partition (a consumer's ``first`` line;
+   the end of a Spark member's first batch holding one). The
    *fence* is the time from the kill until the coordinator recorded the member's fence (the group
    epoch history). Then a replacement member starts and the next run waits for a stable, complete
    group again: every run starts from the same shape.
-3. Figures, per kind: p50, p99 and max over every partition of every run of a mode (few samples: p99 is the
-   largest but one or the largest), and the fence's p50. Every wait is for a condition, bounded by
+3. Figures, per kind: p50, p99 and max over every partition of every run of a mode (few samples:
+   p99 is the largest but one or the largest), and the fence's p50. Every wait is for a condition, bounded by
    a timeout; the only fixed wait is a short steady period under load before each kill.
 """
 
@@ -125,6 +128,18 @@ class _Member:
         firsts = _consumer_firsts if self.kind == "consumer" else _spark_firsts
         return firsts(self.out, since)
 
+    def working(self, since: float, batches: int = 2) -> bool:
+        """Whether this member has processed records in at least ``batches`` batches (a consumer: in
+        as many of its 100 ms counts) since ``since``."""
+        if not self.out.exists():
+            return False
+        if self.kind == "consumer":
+            done = sum(1 for t, kind, rest in _events(self.out)
+                       if kind == "count" and t >= since and rest != "0")
+        else:
+            done = len({t for t in _spark_firsts_per_batch(self.out) if t >= since})
+        return done >= batches
+
     def kill9(self) -> None:
         if self.kind == "consumer":
             self.proc.kill()
@@ -142,17 +157,32 @@ def _consumer_firsts(out: Path, since: float) -> dict[int, float]:
     return got
 
 
-def _spark_firsts(out: Path, since: float) -> dict[int, float]:
-    """From a Spark member's batch lines: the end of the first batch after ``since`` holding a record
-    of each partition (a batch is written in one write; a torn last line is skipped)."""
-    got: dict[int, float] = {}
-    batch_at: float | None = None
+def _spark_batches(out: Path) -> list[tuple[float, list[int]]]:
+    """A Spark member's batches: when each ended and the partitions of its records (a batch is
+    written in one write; a torn last line is skipped)."""
+    batches: list[tuple[float, list[int]]] = []
     for line in out.read_text().splitlines():
         fields = line.split()
         if len(fields) == 3 and fields[0] == "b":
-            batch_at = float(fields[1])
-        elif len(fields) == 3 and batch_at is not None and batch_at >= since:
-            got.setdefault(int(fields[1]), batch_at)
+            batches.append((float(fields[1]), []))
+        elif len(fields) == 3 and batches:
+            batches[-1][1].append(int(fields[1]))
+    return batches
+
+
+def _spark_firsts_per_batch(out: Path) -> list[float]:
+    """When each of a Spark member's batches that held records ended."""
+    return [t for t, parts in _spark_batches(out) if parts]
+
+
+def _spark_firsts(out: Path, since: float) -> dict[int, float]:
+    """From a Spark member's batches: the end of the first batch after ``since`` holding a record of
+    each partition."""
+    got: dict[int, float] = {}
+    for t, parts in _spark_batches(out):
+        if t >= since:
+            for p in parts:
+                got.setdefault(p, t)
     return got
 
 
@@ -266,8 +296,12 @@ def run_mode(root: Path, log_dir: Path, settings: Settings, grace_ms: int, runs:
     client = CoordinatorClient(address)
     try:
         for _ in range(runs):
-            _wait_stable(client, settings.members, settings.partitions, patience)
+            stable = _wait_stable(client, settings.members, settings.partitions, patience)
             ids = _wait("every member's id", functools.partial(_ids, client, members), patience)
+            # Every member working: a Spark application's first batches are slow (its Python
+            # workers start, the JVM compiles), and a survivor must not be measured in them.
+            _wait("every member to process records",
+                  functools.partial(lambda t: all(m.working(t) for m in members), stable), patience)
             time.sleep(settings.steady_s)  # under load for a while: the kill hits a working group
             owned = {m.member_id: m.assigned for m in client.describe_group(GROUP).description.members}
             victim_id, victim = next((mid, ids[mid]) for mid in ids if ids[mid] is members[0])
