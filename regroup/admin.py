@@ -11,7 +11,9 @@ The ``groups`` commands cover both kinds of group: ``list`` shows each group's k
 shows a consumer group or a streams group (tasks by role, with each task copy's lag and each
 warm-up's progress), ``delete`` deletes either. A task is spelled as Kafka spells it,
 ``subtopology_partition``; a member's tasks of one role are grouped by subtopology
-(``count[0,1,2]``), as a consumer's partitions are by topic.
+(``count[0,1,2]``), as a consumer's partitions are by topic. A key-range task (a subtopology with
+parallelism K) is ``count_0.1of2`` on its own and ``count[0.1of2]`` in a group: range 1 of 2 of
+partition 0.
 
 Terminal output never interprets what clients chose: group, member, instance and client ids, hosts,
 topics, subtopologies, reasons and the coordinator's messages are printed as literal `rich.text.Text`
@@ -216,9 +218,10 @@ def _print_streams_group(d: StreamsGroupDescription, json_output: bool) -> None:
     if d.topology is None:
         c.print("topology: none yet (no member sent one)")
     else:
-        c.print(_lit("topology: " + "; ".join(f"{s.subtopology_id} <- {', '.join(sorted(s.source_topics))}"
-                                              for s in sorted(d.topology.subtopologies,
-                                                              key=lambda s: s.subtopology_id))))
+        c.print(_lit("topology: " + "; ".join(
+            f"{s.subtopology_id} <- {', '.join(sorted(s.source_topics))}"
+            + (f" ({s.parallelism} key ranges per partition)" if s.parallelism > 1 else "")
+            for s in sorted(d.topology.subtopologies, key=lambda s: s.subtopology_id))))
     members = Table("member", "instance", "process", "epoch", "state", "active", "standby", "warm-up",
                     "revoking", "target (when different)", title="members")
     for m in d.members:
@@ -234,11 +237,12 @@ def _print_streams_group(d: StreamsGroupDescription, json_output: bool) -> None:
 
 
 def _tasks(tasks: Iterable[TaskId]) -> str:
-    """``count[0,1,2] join[4]``: tasks grouped by subtopology, as partitions are by topic."""
-    by_sub: dict[str, list[int]] = {}
+    """``count[0,1,2] join[4]``: tasks grouped by subtopology, as partitions are by topic; a key-range
+    task is its partition and range, ``count[0.0of2,0.1of2]``."""
+    by_sub: dict[str, list[str]] = {}
     for t in sorted(tasks):
-        by_sub.setdefault(t.subtopology, []).append(t.partition)
-    return " ".join(f"{sub}[{','.join(map(str, ps))}]" for sub, ps in by_sub.items()) or "-"
+        by_sub.setdefault(t.subtopology, []).append(str(t)[len(t.subtopology) + 1:])
+    return " ".join(f"{sub}[{','.join(ps)}]" for sub, ps in by_sub.items()) or "-"
 
 
 def _by_role(tasks: MemberTasks) -> str:

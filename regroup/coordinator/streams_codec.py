@@ -9,6 +9,10 @@ Rules (the consumer-group records' rules in `codec`, extended):
 2. Every set and mapping is written sorted, so equal records always encode to equal bytes: a task set
    is ``{subtopology: [partitions]}``, a member's tasks ``[active, standby, warm-up]`` of those, a
    topology ``{subtopology: [source topics]}``.
+5. Key-range tasks (`regroup.protocol.streams.topology` rule 4) add to this without changing what a
+   K=1 group writes: a key-range task is the entry ``[partition, range, K]`` in its subtopology's
+   list, a cut subtopology is ``{"topics": [source topics], "parallelism": K}`` in the topology, and a
+   committed offset of a task's key range is an ``sK`` record (as the consumer records' ``K``).
 3. Decoding checks the type of every field and says which record and which field was wrong (a
    damaged record is refused, never misread). A stored topology is checked again by `Topology`'s own
    rules. Errors are `ValueError`s; `codec.decode` wraps them in its `CodecError`. The field readers
@@ -28,6 +32,8 @@ What is stored for each record (``|null`` marks a tombstone or an absent value):
     sC  group, member, [epoch, previous epoch, status, assigned tasks, pending tasks]|null
                                                                 StreamsCurrentRecord
     sO  group, topic, partition, offset|null, metadata, commit epoch     StreamsOffsetRecord
+    sK  group, topic, partition, lo, hi, offset|null, metadata, commit epoch
+                                                                StreamsOffsetRecord of a key range
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from typing import Any
 
 from regroup.protocol.errors import ProtocolError
 from regroup.protocol.records import MemberStatus
-from regroup.protocol.shard import Shard
+from regroup.protocol.shard import KEY_SPACE, Shard
 from regroup.protocol.streams.assignment import MemberTasks
 from regroup.protocol.streams.records import (
     SourceTopicsRecord,
@@ -60,19 +66,22 @@ __all__ = ["DECODERS", "read_dict", "read_int", "read_list", "read_opt_int", "re
 # ---------------------------------------------------------------------------------------- encoding
 
 
-def _tasks(tasks: Iterable[TaskId]) -> dict[str, list[int]]:
-    by_sub: dict[str, list[int]] = {}
+def _tasks(tasks: Iterable[TaskId]) -> dict[str, list[int | list[int]]]:
+    by_sub: dict[str, list[TaskId]] = {}
     for t in tasks:
-        by_sub.setdefault(t.subtopology, []).append(t.partition)
-    return {sub: sorted(by_sub[sub]) for sub in sorted(by_sub)}
+        by_sub.setdefault(t.subtopology, []).append(t)
+    return {sub: [t.partition if t.parts == 1 else [t.partition, t.part, t.parts]
+                  for t in sorted(by_sub[sub])]
+            for sub in sorted(by_sub)}
 
 
 def _member_tasks(m: MemberTasks) -> list[Any]:
     return [_tasks(m.active), _tasks(m.standby), _tasks(m.warmup)]
 
 
-def _topology(t: Topology) -> dict[str, list[str]]:
-    return {s.subtopology_id: sorted(s.source_topics)
+def _topology(t: Topology) -> dict[str, Any]:
+    return {s.subtopology_id: sorted(s.source_topics) if s.parallelism == 1 else
+            {"parallelism": s.parallelism, "topics": sorted(s.source_topics)}
             for s in sorted(t.subtopologies, key=lambda s: s.subtopology_id)}
 
 
@@ -102,7 +111,11 @@ def to_list(r: StreamsRecord) -> list[Any]:
     if isinstance(r, StreamsCurrentRecord):
         return ["sC", r.group_id, r.member_id, None if r.current is None else _current(r.current)]
     if isinstance(r, StreamsOffsetRecord):
-        return ["sO", r.group_id, r.shard.topic, r.shard.partition, r.offset, r.metadata, r.commit_epoch]
+        sh = r.shard
+        if not sh.whole:
+            return ["sK", r.group_id, sh.topic, sh.partition, sh.lo, sh.hi, r.offset, r.metadata,
+                    r.commit_epoch]
+        return ["sO", r.group_id, sh.topic, sh.partition, r.offset, r.metadata, r.commit_epoch]
     raise TypeError(f"not a record: {r!r}")
 
 
@@ -151,14 +164,26 @@ def read_dict(x: object, what: str) -> dict[str, Any]:
     return x
 
 
+def _untask(sub: str, x: object, what: str) -> TaskId:
+    if not isinstance(x, list):
+        return TaskId(sub, read_int(x, f"a partition of subtopology {sub!r} in {what}"))
+    p, r, k = (read_int(n, f"a key-range task of subtopology {sub!r} in {what}")
+               for n in read_list(x, f"a key-range task of subtopology {sub!r} in {what}", 3))
+    if not (k > 1 and 0 <= r < k):
+        raise ValueError(f"{what}: subtopology {sub!r} has key-range task {shown(x)}; a range r of K "
+                         f"needs K > 1 and 0 <= r < K")
+    return TaskId(sub, p, r, k)
+
+
 def _untasks(x: object, what: str) -> frozenset[TaskId]:
     out: set[TaskId] = set()
     for sub, parts in read_dict(x, what).items():
-        listed = [read_int(p, f"a partition of subtopology {sub!r} in {what}")
+        listed = [_untask(sub, p, what)
                   for p in read_list(parts, f"the partitions of subtopology {sub!r} in {what}")]
         if len(set(listed)) != len(listed):
-            raise ValueError(f"{what}: subtopology {sub!r} has a partition listed twice: {listed}")
-        out.update(TaskId(sub, p) for p in listed)
+            raise ValueError(f"{what}: subtopology {sub!r} has a partition listed twice: "
+                             f"{', '.join(map(str, listed))}")
+        out.update(listed)
     return frozenset(out)
 
 
@@ -171,10 +196,17 @@ def _unmember_tasks(x: object, what: str) -> MemberTasks:
 
 def _untopology(x: object) -> Topology:
     subs = []
-    for sid, topics in read_dict(x, "the topology").items():
+    for sid, value in read_dict(x, "the topology").items():
+        topics, parallelism = value, 1
+        if isinstance(value, dict):  # a cut subtopology (rule 5)
+            if sorted(value) != ["parallelism", "topics"]:
+                raise ValueError(f"subtopology {sid!r} of the topology must have exactly 'topics' and "
+                                 f"'parallelism', found {shown(sorted(value))}")
+            topics = value["topics"]
+            parallelism = read_int(value["parallelism"], f"the parallelism of subtopology {sid!r}")
         names = [read_str(t, f"a source topic of subtopology {sid!r}")
                  for t in read_list(topics, f"the source topics of subtopology {sid!r}")]
-        subs.append(Subtopology(sid, frozenset(names)))
+        subs.append(Subtopology(sid, frozenset(names), parallelism))
     try:
         return Topology(tuple(subs))
     except ProtocolError as e:
@@ -224,6 +256,16 @@ def _offset(v: list[Any]) -> StreamsOffsetRecord:
                                read_str(v[5], "the commit metadata"), read_int(v[6], "the commit epoch"))
 
 
+def _range_offset(v: list[Any]) -> StreamsOffsetRecord:
+    shard = Shard(read_str(v[2], "the topic"), read_int(v[3], "the partition"),
+                  read_int(v[4], "the key range's low end"), read_int(v[5], "the key range's high end"))
+    if not 0 <= shard.lo < shard.hi <= KEY_SPACE:
+        raise ValueError(f"the key range [{shard.lo}, {shard.hi}) is not a range of the key space "
+                         f"[0, {KEY_SPACE})")
+    return StreamsOffsetRecord(_group(v), shard, read_opt_int(v[6], "the offset"),
+                               read_str(v[7], "the commit metadata"), read_int(v[8], "the commit epoch"))
+
+
 #: ``tag -> (record type name, array length with the tag, decoder)``; `codec` checks the length.
 DECODERS: Mapping[str, tuple[str, int, Callable[[list[Any]], StreamsRecord]]] = {
     "sE": ("StreamsEpochRecord", 3,
@@ -240,4 +282,5 @@ DECODERS: Mapping[str, tuple[str, int, Callable[[list[Any]], StreamsRecord]]] = 
     "sC": ("StreamsCurrentRecord", 4,
            lambda v: StreamsCurrentRecord(_group(v), _member_id(v), _uncurrent(v[3]))),
     "sO": ("StreamsOffsetRecord", 7, _offset),
+    "sK": ("StreamsOffsetRecord", 9, _range_offset),
 }

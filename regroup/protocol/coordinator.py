@@ -68,6 +68,7 @@ from regroup.protocol.streams.coordinator import StreamsConfig, StreamsGroups
 from regroup.protocol.streams.describe import StreamsGroupDescription
 from regroup.protocol.streams.messages import StreamsHeartbeatRequest, StreamsHeartbeatResponse
 from regroup.protocol.streams.records import StreamsRecord
+from regroup.protocol.streams.state import StreamsGroup
 from regroup.protocol.topics import TopicMetadata
 from regroup.protocol.validation import validate_commit
 
@@ -238,7 +239,7 @@ class Coordinator:
         """A member's commit; ``ends``: where partitions end in the log, as far as the shell knows (an
         offset beyond its partition's end is refused, rule 5, once the member's own checks passed)."""
         if req.group_id in self.streams.groups:
-            if (refused := _key_ranges_refused(req.group_id, req.offsets)) is not None:
+            if (refused := _key_ranges_refused(self.streams.groups[req.group_id], req.offsets)) is not None:
                 return Outcome(refused)
             if ends and (beyond := self._streams_beyond_ends(req, ends)) is not None:
                 return Outcome(beyond)
@@ -252,7 +253,7 @@ class Coordinator:
         a zombie's commit is answered without waiting on the log."""
         try:
             if req.group_id in self.streams.groups:
-                refused = _key_ranges_refused(req.group_id, req.offsets)
+                refused = _key_ranges_refused(self.streams.groups[req.group_id], req.offsets)
                 if refused is not None:
                     return refused
                 validate_commit(req, self.config)
@@ -268,7 +269,7 @@ class Coordinator:
         """An operator's reset; a group id nobody uses yet becomes an empty consumer group (rule 2),
         unless the coordinator holds ``max_groups`` groups already (rule 5)."""
         if req.group_id in self.streams.groups:
-            if (refused := _key_ranges_refused(req.group_id, req.offsets)) is not None:
+            if (refused := _key_ranges_refused(self.streams.groups[req.group_id], req.offsets)) is not None:
                 return Outcome(refused)
             return self._restarted(req.group_id, self.streams.reset_offsets(req, now))
         if (full := self._no_room(req.group_id)) is not None:
@@ -277,24 +278,28 @@ class Coordinator:
 
     def fetch_offsets(self, req: OffsetFetchRequest) -> OffsetFetchResponse:
         if req.group_id in self.streams.groups:
-            if (refused := _key_ranges_refused(req.group_id, req.shards or ())) is not None:
+            refused = _key_ranges_refused(self.streams.groups[req.group_id], req.shards or ())
+            if refused is not None:
                 return OffsetFetchResponse(refused.error, refused.message)
             return self.streams.fetch_offsets(req)
         return self.consumer.fetch_offsets(req)
 
     def delete_offsets(self, group_id: str, shards: tuple[Shard, ...] | None) -> Outcome[Ack]:
         if group_id in self.streams.groups:
-            if (refused := _key_ranges_refused(group_id, shards or ())) is not None:
+            if (refused := _key_ranges_refused(self.streams.groups[group_id], shards or ())) is not None:
                 return Outcome(refused)
             return self._restarted(group_id, self.streams.delete_offsets(group_id, shards))
         return self._restarted(group_id, self.consumer.delete_offsets(group_id, shards))
 
     def set_parallelism(self, group_id: str, topic: str, parallelism: int, now: int) -> Outcome[Ack]:
-        """Key ranges per partition of ``topic`` in a consumer group (streams groups: not yet)."""
+        """Key ranges per partition of ``topic`` in a consumer group. A streams group's key ranges are
+        part of its topology (each subtopology's ``parallelism``), since its tasks' state cannot be
+        re-cut: refused here, saying where to set them."""
         if group_id in self.streams.groups:
             return Outcome(Ack(ErrorCode.INVALID_REQUEST,
-                               f"group {group_id!r} is a streams group; key ranges (parallelism) are a "
-                               "consumer-group setting for now"))
+                               f"group {group_id!r} is a streams group; its key ranges are part of its "
+                               "topology (a subtopology's parallelism, declared by its members) and cannot "
+                               "change while the group exists"))
         if (full := self._no_room(group_id)) is not None:
             return Outcome(Ack(ErrorCode.GROUP_MAX_SIZE_REACHED, full))
         return self._restarted(group_id, self.consumer.set_parallelism(group_id, topic, parallelism, now))
@@ -406,14 +411,16 @@ class Coordinator:
         return self.consumer.watch(group_id, member_id)
 
 
-def _key_ranges_refused(group_id: str, shards: Iterable[Shard]) -> Ack | None:
-    """Streams groups keep offsets per whole partition: a key range named for one is refused (its
-    records could not even say which range they were)."""
-    ranged = sorted(str(s) for s in shards if not s.whole)
+def _key_ranges_refused(group: StreamsGroup, shards: Iterable[Shard]) -> Ack | None:
+    """Streams groups keep offsets per task: per whole partition, or per key range of a subtopology
+    cut into key ranges (`regroup.protocol.streams.topology` rule 4) — exactly its tasks' ranges. Any
+    other key range named for one is refused."""
+    ranged = sorted(str(s) for s in shards if not s.whole and task_offsets.task_of(group, s) is None)
     if not ranged:
         return None
-    return Ack(ErrorCode.INVALID_REQUEST, f"group {group_id!r} is a streams group, whose offsets are per "
-               f"whole partition; key ranges ({', '.join(ranged[:3])}) are a consumer-group setting")
+    return Ack(ErrorCode.INVALID_REQUEST, f"group {group.group_id!r} is a streams group, whose offsets are "
+               f"per task: whole partitions, or the key ranges of its subtopologies' parallelism; key ranges "
+               f"({', '.join(ranged[:3])}) are none of its tasks'")
 
 
 def _whole_partitions(offsets: Mapping[Shard, CommittedOffset]) -> dict[Shard, CommittedOffset]:

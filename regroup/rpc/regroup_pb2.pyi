@@ -573,12 +573,16 @@ class TopicsResponse(_message.Message):
     def __init__(self, topics: _Optional[_Mapping[str, int]] = ..., age_ms: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
 
 class SubtopologyTasks(_message.Message):
-    __slots__ = ("subtopology", "partitions")
+    __slots__ = ("subtopology", "partitions", "parallelism", "parts")
     SUBTOPOLOGY_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    PARALLELISM_FIELD_NUMBER: _ClassVar[int]
+    PARTS_FIELD_NUMBER: _ClassVar[int]
     subtopology: str
     partitions: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, subtopology: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ...) -> None: ...
+    parallelism: int
+    parts: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, subtopology: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., parallelism: _Optional[int] = ..., parts: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class MemberTasks(_message.Message):
     __slots__ = ("active", "standby", "warmup")
@@ -591,12 +595,14 @@ class MemberTasks(_message.Message):
     def __init__(self, active: _Optional[_Iterable[_Union[SubtopologyTasks, _Mapping]]] = ..., standby: _Optional[_Iterable[_Union[SubtopologyTasks, _Mapping]]] = ..., warmup: _Optional[_Iterable[_Union[SubtopologyTasks, _Mapping]]] = ...) -> None: ...
 
 class Subtopology(_message.Message):
-    __slots__ = ("subtopology_id", "source_topics")
+    __slots__ = ("subtopology_id", "source_topics", "parallelism")
     SUBTOPOLOGY_ID_FIELD_NUMBER: _ClassVar[int]
     SOURCE_TOPICS_FIELD_NUMBER: _ClassVar[int]
+    PARALLELISM_FIELD_NUMBER: _ClassVar[int]
     subtopology_id: str
     source_topics: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, subtopology_id: _Optional[str] = ..., source_topics: _Optional[_Iterable[str]] = ...) -> None: ...
+    parallelism: int
+    def __init__(self, subtopology_id: _Optional[str] = ..., source_topics: _Optional[_Iterable[str]] = ..., parallelism: _Optional[int] = ...) -> None: ...
 
 class Topology(_message.Message):
     __slots__ = ("subtopologies",)
@@ -605,14 +611,18 @@ class Topology(_message.Message):
     def __init__(self, subtopologies: _Optional[_Iterable[_Union[Subtopology, _Mapping]]] = ...) -> None: ...
 
 class TaskPosition(_message.Message):
-    __slots__ = ("subtopology", "partition", "topics")
+    __slots__ = ("subtopology", "partition", "topics", "part", "parallelism")
     SUBTOPOLOGY_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    PART_FIELD_NUMBER: _ClassVar[int]
+    PARALLELISM_FIELD_NUMBER: _ClassVar[int]
     subtopology: str
     partition: int
     topics: _containers.RepeatedCompositeFieldContainer[TopicOffsets]
-    def __init__(self, subtopology: _Optional[str] = ..., partition: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[TopicOffsets, _Mapping]]] = ...) -> None: ...
+    part: int
+    parallelism: int
+    def __init__(self, subtopology: _Optional[str] = ..., partition: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[TopicOffsets, _Mapping]]] = ..., part: _Optional[int] = ..., parallelism: _Optional[int] = ...) -> None: ...
 
 class TaskOffsets(_message.Message):
     __slots__ = ("tasks",)
@@ -673,26 +683,34 @@ class StreamsHeartbeatResponse(_message.Message):
     def __init__(self, error: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., assignment: _Optional[_Union[MemberTasks, _Mapping]] = ..., status: _Optional[_Union[StreamsGroupStatus, _Mapping]] = ..., session_timeout_ms: _Optional[int] = ..., failover_grace_ms: _Optional[int] = ...) -> None: ...
 
 class TaskLag(_message.Message):
-    __slots__ = ("subtopology", "partition", "lag")
+    __slots__ = ("subtopology", "partition", "lag", "part", "parallelism")
     SUBTOPOLOGY_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     LAG_FIELD_NUMBER: _ClassVar[int]
+    PART_FIELD_NUMBER: _ClassVar[int]
+    PARALLELISM_FIELD_NUMBER: _ClassVar[int]
     subtopology: str
     partition: int
     lag: int
-    def __init__(self, subtopology: _Optional[str] = ..., partition: _Optional[int] = ..., lag: _Optional[int] = ...) -> None: ...
+    part: int
+    parallelism: int
+    def __init__(self, subtopology: _Optional[str] = ..., partition: _Optional[int] = ..., lag: _Optional[int] = ..., part: _Optional[int] = ..., parallelism: _Optional[int] = ...) -> None: ...
 
 class WarmupProgress(_message.Message):
-    __slots__ = ("subtopology", "partition", "lag", "acceptable_lag")
+    __slots__ = ("subtopology", "partition", "lag", "acceptable_lag", "part", "parallelism")
     SUBTOPOLOGY_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     LAG_FIELD_NUMBER: _ClassVar[int]
     ACCEPTABLE_LAG_FIELD_NUMBER: _ClassVar[int]
+    PART_FIELD_NUMBER: _ClassVar[int]
+    PARALLELISM_FIELD_NUMBER: _ClassVar[int]
     subtopology: str
     partition: int
     lag: int
     acceptable_lag: int
-    def __init__(self, subtopology: _Optional[str] = ..., partition: _Optional[int] = ..., lag: _Optional[int] = ..., acceptable_lag: _Optional[int] = ...) -> None: ...
+    part: int
+    parallelism: int
+    def __init__(self, subtopology: _Optional[str] = ..., partition: _Optional[int] = ..., lag: _Optional[int] = ..., acceptable_lag: _Optional[int] = ..., part: _Optional[int] = ..., parallelism: _Optional[int] = ...) -> None: ...
 
 class StreamsMemberDescription(_message.Message):
     __slots__ = ("member_id", "instance_id", "process_id", "epoch", "previous_epoch", "status", "assigned", "pending_revocation", "target", "lags", "warmups")

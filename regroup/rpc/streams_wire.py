@@ -28,6 +28,12 @@
    task in two roles, whether the topology fits the topics) is the protocol core's validation, with
    the core's messages.
 5. A `StreamsGroupStatus` left out means ready, the core's default.
+6. Key-range tasks (`regroup.protocol.streams.topology` rule 4) travel as extra fields that are 0 for a
+   whole partition, so a K=1 message is byte for byte what it was: a task listing's ``parallelism``
+   and one ``parts`` entry per listed partition, a subtopology's ``parallelism``, a task position's,
+   lag's or warm-up's ``part`` and ``parallelism``. A range outside ``0..K-1``, a ``parts`` list of
+   another length than ``partitions``, ranges without a parallelism, or a parallelism over the
+   limit are refused naming the field.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 from regroup.protocol.config import CoordinatorConfig
 from regroup.protocol.errors import ProtocolError
+from regroup.protocol.keyrange import MAX_PARALLELISM
 from regroup.protocol.shard import Shard
 from regroup.protocol.streams.assignment import MemberTasks
 from regroup.protocol.streams.describe import (
@@ -122,18 +129,67 @@ def _check(rule: Callable[..., None], *args: Any) -> None:
 
 
 def _tasks_to_pb(tasks: Iterable[TaskId], out: RepeatedCompositeFieldContainer[pb.SubtopologyTasks]) -> None:
-    by_sub: dict[str, list[int]] = {}
+    by_sub: dict[tuple[str, int], list[TaskId]] = {}
     for t in tasks:
-        by_sub.setdefault(t.subtopology, []).append(t.partition)
-    for sub in sorted(by_sub):
-        out.add(subtopology=sub, partitions=sorted(by_sub[sub]))
+        by_sub.setdefault((t.subtopology, t.parts), []).append(t)
+    for sub, parts in sorted(by_sub):
+        listed = sorted(by_sub[sub, parts])
+        if parts == 1:
+            out.add(subtopology=sub, partitions=[t.partition for t in listed])
+        else:
+            out.add(subtopology=sub, partitions=[t.partition for t in listed], parallelism=parts,
+                    parts=[t.part for t in listed])
+
+
+def _task_listing(e: pb.SubtopologyTasks, where: str) -> tuple[str | tuple[str, int], list[int] | Any]:
+    """One group of a task listing as `tasks_from_listing` takes it; key-range tasks by number
+    ``partition * K + range`` after checking the cut (rule 4)."""
+    k = e.parallelism
+    if k <= 1:
+        if k < 0 or e.parts:
+            raise WireError(f"{where}: subtopology {e.subtopology!r} lists key ranges with parallelism "
+                            f"{k}; give parallelism > 1 with them, or no key ranges")
+        return e.subtopology, e.partitions
+    if k > MAX_PARALLELISM:
+        raise WireError(f"{where}: subtopology {e.subtopology!r} has parallelism {k}; the limit is "
+                        f"{MAX_PARALLELISM}")
+    if len(e.parts) != len(e.partitions):
+        raise WireError(f"{where}: subtopology {e.subtopology!r} lists {len(e.partitions)} partitions and "
+                        f"{len(e.parts)} key ranges; give one key range per listed partition")
+    bad = next((r for r in e.parts if not 0 <= r < k), None)
+    if bad is not None:
+        raise WireError(f"{where}: subtopology {e.subtopology!r} lists key range {bad} of {k}; ranges are "
+                        f"0..{k - 1}")
+    return (e.subtopology, k), [p * k + r for p, r in zip(e.partitions, e.parts, strict=True)]
 
 
 def _tasks_from_pb(entries: Iterable[pb.SubtopologyTasks], where: str, limit: int) -> frozenset[TaskId]:
     try:
-        return tasks_from_listing(where, ((e.subtopology, e.partitions) for e in entries), limit)
+        return tasks_from_listing(where, (_task_listing(e, where) for e in entries), limit)
     except ProtocolError as e:
         raise WireError(e.message) from e
+
+
+def _task_from(subtopology: str, partition: int, part: int, parallelism: int, where: str) -> TaskId:
+    """The task of a `TaskPosition`, `TaskLag` or `WarmupProgress` (parallelism 0 or 1: a whole
+    partition)."""
+    if parallelism <= 1:
+        if parallelism < 0 or part:
+            raise WireError(f"{where}: task {subtopology}_{partition} names key range {part} with "
+                            f"parallelism {parallelism}")
+        return TaskId(subtopology, partition)
+    if parallelism > MAX_PARALLELISM or not 0 <= part < parallelism:
+        raise WireError(f"{where}: task {subtopology}_{partition} names key range {part} of "
+                        f"{parallelism}; ranges are 0..parallelism-1, parallelism at most {MAX_PARALLELISM}")
+    return TaskId(subtopology, partition, part, parallelism)
+
+
+def _task_fields(task: TaskId) -> dict[str, Any]:
+    """The task's fields of a `TaskPosition`, `TaskLag` or `WarmupProgress`."""
+    fields: dict[str, Any] = {"subtopology": task.subtopology, "partition": task.partition}
+    if task.parts > 1:
+        fields.update(part=task.part, parallelism=task.parts)
+    return fields
 
 
 def member_tasks_to_pb(tasks: MemberTasks, out: pb.MemberTasks | None = None) -> pb.MemberTasks:
@@ -172,7 +228,9 @@ def topology_to_pb(topology: Topology, out: pb.Topology | None = None) -> pb.Top
     msg = pb.Topology() if out is None else out
     msg.SetInParent()
     for s in sorted(topology.subtopologies, key=lambda s: s.subtopology_id):
-        msg.subtopologies.add(subtopology_id=s.subtopology_id, source_topics=sorted(s.source_topics))
+        entry = msg.subtopologies.add(subtopology_id=s.subtopology_id, source_topics=sorted(s.source_topics))
+        if s.parallelism != 1:
+            entry.parallelism = s.parallelism
     return msg
 
 
@@ -195,7 +253,7 @@ def topology_from_pb(msg: pb.Topology, where: str = "topology", request: bool = 
         if twice:
             raise WireError(f"{where}: subtopology {s.subtopology_id!r} lists source topic "
                             f"{twice[0]!r} twice; list each topic once")
-        subs.append(Subtopology(s.subtopology_id, frozenset(topics)))
+        subs.append(Subtopology(s.subtopology_id, frozenset(topics), s.parallelism or 1))
     try:
         return Topology(tuple(subs))
     except ProtocolError as e:  # a value that cannot exist: refused on the wire, naming the field
@@ -210,8 +268,7 @@ def task_offsets_to_pb(offsets: TaskOffsets, out: pb.TaskOffsets | None = None) 
     msg = pb.TaskOffsets() if out is None else out
     msg.SetInParent()
     for task in sorted(offsets):
-        msg.tasks.add(subtopology=task.subtopology, partition=task.partition,
-                      topics=_offsets_to_pb(offsets[task]))
+        msg.tasks.add(**_task_fields(task), topics=_offsets_to_pb(offsets[task]))
     return msg
 
 
@@ -229,7 +286,8 @@ def task_offsets_from_pb(msg: pb.TaskOffsets, where: str = "task_offsets", limit
             _check(check_named_numbers, f"{where} of task {position.subtopology}_{position.partition}",
                    [(t.topic, [po.partition for po in t.partitions])], _LIMITS.max_topic_name_length,
                    "topic", "partition")
-        task = TaskId(position.subtopology, position.partition)
+        task = _task_from(position.subtopology, position.partition, position.part, position.parallelism,
+                          where)
         if task in out:
             raise WireError(f"{where} lists task {task} twice; give each task copy one entry")
         try:
@@ -322,10 +380,9 @@ def _member_to_pb(m: StreamsMemberDescription, out: pb.StreamsMemberDescription)
     member_tasks_to_pb(m.pending_revocation, out.pending_revocation)
     member_tasks_to_pb(m.target, out.target)
     for task, lag in sorted(m.lags.items()):
-        out.lags.add(subtopology=task.subtopology, partition=task.partition, lag=lag)
+        out.lags.add(**_task_fields(task), lag=lag)
     for w in m.warmups:
-        entry = out.warmups.add(subtopology=w.task.subtopology, partition=w.task.partition,
-                                acceptable_lag=w.acceptable_lag)
+        entry = out.warmups.add(**_task_fields(w.task), acceptable_lag=w.acceptable_lag)
         if w.lag is not None:
             entry.lag = w.lag
 
@@ -333,7 +390,7 @@ def _member_to_pb(m: StreamsMemberDescription, out: pb.StreamsMemberDescription)
 def _lags_from_pb(entries: Iterable[pb.TaskLag], where: str) -> dict[TaskId, int]:
     out: dict[TaskId, int] = {}
     for e in entries:
-        task = TaskId(e.subtopology, e.partition)
+        task = _task_from(e.subtopology, e.partition, e.part, e.parallelism, where)
         if task in out:
             raise WireError(f"{where} gives the lag of task {task} twice")
         out[task] = e.lag
@@ -353,7 +410,8 @@ def _member_from_pb(msg: pb.StreamsMemberDescription) -> StreamsMemberDescriptio
         pending_revocation=member_tasks_from_pb(msg.pending_revocation, f"{where}: pending_revocation"),
         target=member_tasks_from_pb(msg.target, f"{where}: target"),
         lags=_lags_from_pb(msg.lags, f"{where}: lags"),
-        warmups=tuple(WarmupProgress(TaskId(w.subtopology, w.partition),
+        warmups=tuple(WarmupProgress(_task_from(w.subtopology, w.partition, w.part, w.parallelism,
+                                                f"{where}: warmups"),
                                      w.lag if w.HasField("lag") else None, w.acceptable_lag)
                       for w in msg.warmups))
 

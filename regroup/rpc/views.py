@@ -51,7 +51,9 @@ def _client_json(c: MemberClient | None) -> dict[str, Any] | None:
 
 def streams_group_json(d: StreamsGroupDescription) -> dict[str, Any]:
     """The object ``regroup groups describe GROUP --json`` prints for a streams group (``"kind":
-    "streams"``); tasks are spelled ``subtopology_partition`` as Kafka spells them. ``lags`` are the
+    "streams"``); tasks are spelled ``subtopology_partition`` as Kafka spells them, a key-range task
+    ``subtopology_partition.RofK`` (range R of K); ``parallelism`` gives each subtopology's K (1: whole
+    partitions). ``lags`` are the
     member's process's copies (the same for every member of a process); ``warmups`` the warm-ups of
     its target with their lag (null: not reported yet) against the acceptable recovery lag."""
     return {
@@ -60,6 +62,8 @@ def streams_group_json(d: StreamsGroupDescription) -> dict[str, Any]:
         "ready": d.status.ready, "not_ready_reasons": list(d.status.reasons),
         "topology": {} if d.topology is None else {
             s.subtopology_id: sorted(s.source_topics) for s in d.topology.subtopologies},
+        "parallelism": {} if d.topology is None else {
+            s.subtopology_id: s.parallelism for s in d.topology.subtopologies},
         "members": [{
             "member_id": m.member_id, "instance_id": m.instance_id, "process_id": m.process_id,
             "epoch": m.epoch, "previous_epoch": m.previous_epoch, "state": m.status.value,

@@ -27,6 +27,14 @@ Rules of this module (the shell: it carries out what `regroup.protocol.streams.m
    answered for the failover grace, `regroup.protocol.failover` rule 7), its actives process nothing:
    the coordinator may have handed them on. Copies keep restoring.
 
+7. A key-range task (`regroup.protocol.streams.topology` rule 4: a subtopology with parallelism K)
+   reads its partition of each source topic and keeps only the records whose key hash
+   (`regroup.protocol.keyrange.key_hash`, the consumer's) falls in its range; its position moves past
+   the others' keys too. It commits its range of each partition (`TaskId.shard`), its store writes
+   changelog partition ``partition * K + range``. Every key is in exactly one task, so each key's
+   records are processed in offset order by one task at a time. Two range tasks of one partition on
+   one member each read the partition (the cost of key ranges, as for consumers).
+
 Guarantees: the state of a task is exactly the state after the records up to its committed offsets
 (exactly once), across clean hand-offs and crashes; outputs (`TaskContext.send`) are at least once —
 a crash between producing them and the offset commit replays those records.
@@ -46,6 +54,7 @@ from regroup.client.errors import CommitFailedError, OffsetFetchError
 from regroup.client.streams_membership import StreamsMembership
 from regroup.log import open_log
 from regroup.log.base import ConsumedRecord, LogRecord, PartitionedLog
+from regroup.protocol.keyrange import key_hash
 from regroup.protocol.member import Fatal
 from regroup.protocol.shard import Shard
 from regroup.protocol.streams.assignment import MemberTasks
@@ -78,7 +87,9 @@ class TaskContext:
     def send(self, topic: str, key: bytes | None, value: bytes | None, *,
              partition: int | None = None) -> None:
         """Produce a record once the batch completes (at least once: see the module docstring). The
-        partition defaults to this task's partition (co-partitioned output)."""
+        partition defaults to this task's partition (co-partitioned output). Key-range tasks of one
+        partition share that default; on the embedded log (one writer per partition) give each its
+        own, e.g. ``partition=task.task.changelog_partition``."""
         self._outputs.append((topic, partition, LogRecord(key, value, int(time.time() * 1000))))
 
 
@@ -99,7 +110,9 @@ class _Active:
 
 class StreamsApp:
     """One member of streams group ``group``: ``topology`` maps subtopology ids to their source
-    topics; ``process`` runs for every record of every task this member runs as active."""
+    topics; ``process`` runs for every record of every task this member runs as active.
+    ``parallelism`` cuts a subtopology's partitions into key ranges, one task each (with a mapping
+    ``topology``; a `Topology` carries its own): every member of the group must give the same."""
 
     def __init__(
         self,
@@ -109,6 +122,7 @@ class StreamsApp:
         group: str,
         topology: Topology | Mapping[str, Sequence[str]],
         process: ProcessFn,
+        parallelism: Mapping[str, int] | None = None,
         state_dir: str | Path,
         instance_id: str | None = None,
         token: str | None = None,
@@ -123,7 +137,10 @@ class StreamsApp:
         if batch_records < 1:
             raise ValueError(f"batch_records must be >= 1, got {batch_records}")
         self.group = group
-        self.topology = topology if isinstance(topology, Topology) else Topology.of(topology)
+        if isinstance(topology, Topology) and parallelism is not None:
+            raise ValueError("give parallelism in the Topology itself (Subtopology.parallelism), "
+                             "not beside it")
+        self.topology = topology if isinstance(topology, Topology) else Topology.of(topology, parallelism)
         self.process = process
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -231,7 +248,7 @@ class StreamsApp:
 
     def _take_over(self, tasks: list[TaskId]) -> None:
         assert self.membership is not None
-        shards = {Shard(topic, t.partition): t for t in tasks for topic in self._sources(t)}
+        shards = {t.shard(topic): t for t in tasks for topic in self._sources(t)}
         committed = self.membership.fetch_committed_with_metadata(shards)
         for t in tasks:
             mine = {sh: committed[sh] for sh, task in shards.items() if task == t and sh in committed}
@@ -245,7 +262,8 @@ class StreamsApp:
                 raise StreamsError(f"cannot take task {t} over as its active: {e}") from e
             positions = {topic: 0 for topic in self._sources(t)}
             positions.update({sh.topic: o for sh, (o, _) in mine.items()})
-            self._actives[t] = _Active(TaskContext(t, store), positions, written={(store.topic, t.partition)})
+            self._actives[t] = _Active(TaskContext(t, store), positions,
+                                       written={(store.topic, t.changelog_partition)})
 
     def _stop_tasks(self, tasks: MemberTasks) -> None:
         if tasks.active & self._actives.keys():
@@ -285,10 +303,12 @@ class StreamsApp:
     def _process_actives(self) -> bool:
         busy = False
         for t, active in sorted(self._actives.items()):
+            lo, hi = t.key_range
             for topic in sorted(active.positions):
                 records = self.log.read(topic, t.partition, active.positions[topic], self.batch_records)
                 for record in records:
-                    self.process(record, active.context)
+                    if t.parts == 1 or lo <= key_hash(record.key, record.offset) < hi:  # rule 7
+                        self.process(record, active.context)
                 if records:
                     active.positions[topic] = records[-1].offset + 1
                     active.dirty = busy = True
@@ -306,7 +326,7 @@ class StreamsApp:
                 continue
             active.written |= self._produce(active.context)
             flushed[t] = active.context.store.flush(active.positions)
-            offsets.update({Shard(topic, t.partition): o for topic, o in active.positions.items()})
+            offsets.update({t.shard(topic): o for topic, o in active.positions.items()})
             active.dirty = False
         if not flushed:
             return
@@ -352,7 +372,7 @@ class StreamsApp:
         now = _now_ms()
         if read_at >= 0 and now - read_at < self.offsets_refresh_ms:
             return point
-        shards = [Shard(topic, task.partition) for topic in self._sources(task)]
+        shards = [task.shard(topic) for topic in self._sources(task)]
         try:
             committed = self.membership.fetch_committed_with_metadata(shards)
         except OffsetFetchError as e:
@@ -368,22 +388,25 @@ class StreamsApp:
         self.membership.report_offsets(self._task_offsets(), urgent=urgent)
 
     def _task_offsets(self) -> dict[TaskId, dict[Shard, int]]:
-        out = {t: {Shard(topic, t.partition): o for topic, o in offs.items()}
+        out = {t: {t.shard(topic): o for topic, o in offs.items()}
                for t, offs in self._dormant.items()}
         for t, store in self._stores.items():
-            out[t] = {Shard(topic, t.partition): o for topic, o in store.source_offsets.items()}
+            out[t] = {t.shard(topic): o for topic, o in store.source_offsets.items()}
         for t, active in self._actives.items():
-            out[t] = {Shard(topic, t.partition): o for topic, o in active.positions.items()}
+            out[t] = {t.shard(topic): o for topic, o in active.positions.items()}
         return out
 
     def _scan_dormant(self) -> None:
         """Copies left in the state directory by earlier runs (rule 5)."""
         for sub in self.topology.subtopologies:
             prefix = changelog_topic(self.group, sub.subtopology_id) + "."
+            k = sub.parallelism
             for path in sorted(self.state_dir.glob(prefix + "*.sqlite3")):
                 partition = path.name[len(prefix):-len(".sqlite3")]
-                if partition.isdigit():
-                    task = TaskId(sub.subtopology_id, int(partition))
+                if partition.isdigit():  # the changelog partition: partition * K + range (rule 7)
+                    n = int(partition)
+                    sid = sub.subtopology_id
+                    task = TaskId(sid, n) if k == 1 else TaskId(sid, n // k, n % k, k)
                     try:
                         self._retire_opened(task)
                     except Exception as e:  # a copy we cannot read is simply not reported
@@ -405,8 +428,9 @@ class StreamsApp:
         store = self._stores.get(task)
         if store is None or store.closed:
             partitions = max(self.log.topic_partitions().get(topic, 0) for topic in self._sources(task))
-            store = self._stores[task] = TaskStore(self.state_dir, self.log, self.group, task,
-                                                   partitions=max(partitions, task.partition + 1))
+            store = self._stores[task] = TaskStore(
+                self.state_dir, self.log, self.group, task,
+                partitions=max(partitions * task.parts, task.changelog_partition + 1))
             self._dormant.pop(task, None)
             if store.wiped:
                 log.warning("the local copy of %s was rebuilt from its changelog: %s", task, store.wiped)

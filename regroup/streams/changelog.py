@@ -8,8 +8,9 @@ state at the *committed* source offsets. Rules:
 
 1. Topic and partition. A subtopology's changelog is the topic ``f"{group}-{subtopology}-changelog"``
    (a legal topic name, or `InvalidTopicError` naming it); task ``TaskId(s, i)`` writes partition
-   ``i``. `ensure_changelog` creates it with one partition per task. If it exists with *fewer*
-   partitions the source topics have grown, so it is grown too (`add_partitions`): the old
+   ``i``, and a key-range task ``TaskId(s, i, r, K)`` partition ``i·K + r`` (its
+   ``changelog_partition``). `ensure_changelog` creates it with one partition per task. If it
+   exists with *fewer* partitions the source topics have grown, so it is grown too (`add_partitions`): the old
    partitions keep their history and the new tasks start empty. (As in Kafka Streams, keys already
    partitioned by the old count now land in other tasks; that is the user's choice to add
    partitions, not something a store can repair.) More partitions than tasks are left unused.
@@ -252,14 +253,17 @@ def format_commit_metadata(commits: Mapping[TaskId, int], max_length: int | None
     ``max_length`` defaults to the coordinator's default limit; a longer string raises ValueError
     (commit those tasks in separate requests).
     """
-    entries = []
+    entries: list[list[str | int]] = []
     for task, offset in commits.items():
-        if not (isinstance(task, tuple) and len(task) == 2 and isinstance(task[0], str)
-                and isinstance(task[1], int) and not isinstance(task[1], bool) and task[1] >= 0):
+        if not (isinstance(task, tuple) and len(task) in (2, 4) and isinstance(task[0], str)
+                and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in task[1:])):
             raise ValueError(f"commit metadata is keyed by TaskId(subtopology, partition), got {task!r}")
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
             raise ValueError(f"the COMMIT offset of task {task} must be an int >= 0, got {offset!r}")
-        entries.append([task[0], task[1], offset])
+        # A key-range task adds its range and parallelism; a whole partition's entry is as it was.
+        parts = task[3] if len(task) == 4 else 1
+        entries.append([task[0], task[1], offset] if parts == 1
+                       else [task[0], task[1], offset, task[2], parts])
     entries.sort()
     text = METADATA_PREFIX + json.dumps(entries, separators=(",", ":"))
     limit = CoordinatorConfig().max_offset_metadata_length if max_length is None else max_length
@@ -289,14 +293,16 @@ def parse_commit_metadata(metadata: str) -> dict[TaskId, int]:
     out: dict[TaskId, int] = {}
     if isinstance(entries, list):
         for e in entries:
-            if not (isinstance(e, list) and len(e) == 3 and isinstance(e[0], str)
+            if not (isinstance(e, list) and len(e) in (3, 5) and isinstance(e[0], str)
                     and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in e[1:])):
                 break
-            out[TaskId(e[0], e[1])] = e[2]
+            if len(e) == 5 and not e[3] < e[4]:
+                break
+            out[TaskId(e[0], e[1]) if len(e) == 3 else TaskId(e[0], e[1], e[3], e[4])] = e[2]
         else:
             return out
     raise ValueError(f"offset commit metadata {metadata[:80]!r} is malformed: expected "
-                     f"{METADATA_PREFIX}[[subtopology, partition, offset], ...]")
+                     f"{METADATA_PREFIX}[[subtopology, partition, offset(, range, parallelism)], ...]")
 
 
 def resume_point(metadata: Iterable[str], task: TaskId) -> int | None:

@@ -114,17 +114,21 @@ class TaskStore:
 
     def __init__(self, state_dir: str | os.PathLike[str], log: PartitionedLog, group_id: str, task: TaskId,
                  *, partitions: int, check_integrity: bool = False) -> None:
-        if not (isinstance(task, tuple) and len(task) == 2 and isinstance(task[1], int)
-                and not isinstance(task[1], bool) and task[1] >= 0):
+        if not (isinstance(task, tuple) and len(task) in (2, 4)
+                and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in task[1:])
+                and (len(task) == 2 or task[2] < task[3])):
             raise ValueError(f"task must be a TaskId(subtopology, partition >= 0), got {task!r}")
-        if isinstance(partitions, int) and not isinstance(partitions, bool) and task[1] >= partitions:
-            raise ValueError(f"task {task} is partition {task[1]}, but its subtopology has {partitions} "
-                             f"tasks (partitions 0..{partitions - 1})")
-        self.task = TaskId(task[0], task[1])
+        self.task = TaskId(*task)
+        # One changelog partition per task: the partition itself, or partition * K + range for a
+        # key-range task (`TaskId.changelog_partition`), so a whole-partition task's file and
+        # changelog partition are what they always were.
+        self._p = self.task.changelog_partition
+        if isinstance(partitions, int) and not isinstance(partitions, bool) and self._p >= partitions:
+            raise ValueError(f"task {self.task} writes changelog partition {self._p}, but its subtopology "
+                             f"has {partitions} tasks (changelog partitions 0..{partitions - 1})")
         self.topic = changelog_topic(group_id, self.task.subtopology)
         self._log = log
         ensure_changelog(log, self.topic, partitions)
-        self._p = self.task.partition
         self._local = LocalState(Path(state_dir) / f"{self.topic}.{self._p}.sqlite3", self.topic, self._p,
                                  check_integrity=check_integrity)
         self._closed = False

@@ -163,3 +163,33 @@ def _report(c: CoordinatorClient, group: str, member: str, epoch: int, reached: 
     offsets = {t: {Shard("orders", t.partition): reached} for t in ALL_TASKS}
     r = c.streams_heartbeat(StreamsHeartbeatRequest(group, member, epoch, task_offsets=offsets))
     assert r.error is ErrorCode.NONE, r.message
+
+
+def test_groups_describe_shows_key_range_tasks(tmp_path: Path) -> None:
+    """A streams group whose subtopology cuts each partition into 2 key ranges: the topology says so,
+    tasks are spelled partition.RofK, and a range task's lag is measured on its range's commit."""
+    s = start_server(tmp_path / "data", "--log", "static:orders=1")
+    try:
+        with CoordinatorClient(s.address, timeout_s=10) as c:
+            hot = Topology.of({"count": ["orders"]}, parallelism={"count": 2})
+            a = _streams_join(c, "hot", "a", "P1", hot)
+            ranged = [TaskId("count", 0, r, 2) for r in range(2)]
+            assert a.assignment is not None and a.assignment.active == frozenset(ranged)
+            ack = c.commit_offsets(OffsetCommitRequest("hot", "a", a.member_epoch,
+                                                       {t.shard("orders"): 100 for t in ranged}))
+            assert ack.ok, ack.message
+            r = c.streams_heartbeat(StreamsHeartbeatRequest(
+                "hot", "a", a.member_epoch, task_offsets={t: {t.shard("orders"): 60} for t in ranged}))
+            assert r.error is ErrorCode.NONE, r.message
+
+            doc = run("groups", "describe", "hot", "--json", "--coordinator", s.address)
+            assert doc["topology"] == {"count": ["orders"]} and doc["parallelism"] == {"count": 2}
+            (member,) = doc["members"]
+            assert member["assigned"]["active"] == ["count_0.0of2", "count_0.1of2"]
+            assert member["lags"] == {"count_0.0of2": 40, "count_0.1of2": 40}
+            out = text("groups", "describe", "hot", "--coordinator", s.address)
+            assert "topology: count <- orders (2 key ranges per partition)" in out, out
+            assert "count[0.0of2,0.1of2]" in out, out
+            assert re.search(r"P1 .*count_0\.1of2 .*active .*40", out), out
+    finally:
+        assert s.terminate() == 0, s.log()

@@ -103,7 +103,10 @@ def test_damaged_record_is_refused() -> None:
 # ---------------------------------------------------------------------------------------- streams records
 
 sub_ids = st.sampled_from(["s", "join", "agg\u00e9", "q\"x"])
-task_ids = st.builds(TaskId, sub_ids, st.integers(0, 2**31 - 1))
+whole_tasks = st.builds(TaskId, sub_ids, st.integers(0, 2**31 - 1), st.just(0), st.just(1))
+range_tasks = st.integers(2, 1024).flatmap(
+    lambda k: st.builds(TaskId, sub_ids, st.integers(0, 2**20), st.integers(0, k - 1), st.just(k)))
+task_ids = whole_tasks | range_tasks
 task_sets = st.frozensets(task_ids, max_size=6)
 member_tasks = st.builds(MemberTasks, task_sets, task_sets, task_sets)
 streams_current = st.builds(StreamsCurrent, st.integers(-2, 2**31 - 1), st.integers(-2, 2**31 - 1),
@@ -119,7 +122,9 @@ def topologies(draw: st.DrawFn) -> Topology:
     topics = draw(st.lists(st.text(min_size=1, max_size=6).filter(str.strip), min_size=len(ids),
                            max_size=len(ids) + 4, unique=True))
     owner = [i if i < len(ids) else draw(st.integers(0, len(ids) - 1)) for i in range(len(topics))]
-    return Topology(tuple(Subtopology(sid, frozenset(t for t, o in zip(topics, owner, strict=True) if o == n))
+    cuts = draw(st.lists(st.integers(1, 1024), min_size=len(ids), max_size=len(ids)))
+    return Topology(tuple(Subtopology(sid, frozenset(t for t, o in zip(topics, owner, strict=True) if o == n),
+                                      cuts[n])
                           for n, sid in enumerate(ids)))
 
 
@@ -134,6 +139,10 @@ streams_records: st.SearchStrategy[StreamsRecord] = st.one_of(
     st.builds(StreamsTargetEpochRecord, text, st.integers(0, 2**31 - 1)),
     st.builds(StreamsCurrentRecord, text, text, st.none() | streams_current),
     st.builds(StreamsOffsetRecord, text, st.builds(lambda t, p: Shard(t, p), text, st.integers(0, 99)),
+              st.none() | st.integers(0, 2**62), text, st.integers(-1, 99)),
+    st.builds(StreamsOffsetRecord, text,
+              st.builds(lambda t, p, r: Shard(t, p, *ranges(4)[r]), text, st.integers(0, 99),
+                        st.integers(0, 3)),
               st.none() | st.integers(0, 2**62), text, st.integers(-1, 99)),
 )
 
@@ -191,6 +200,11 @@ def _one_of_each() -> list[codec.AnyRecord]:
         StreamsCurrentRecord("sg", "m", StreamsCurrent(4, 3, MemberStatus.UNREVOKED, tasks,
                                                        MemberTasks(standby=frozenset({TaskId("c", 0)})))),
         StreamsOffsetRecord("sg", Shard("orders", 1), 7, "", 4),
+        TopologyRecord("sg", Topology.of({"count": ["orders"], "join": ["clicks"]},
+                                         parallelism={"count": 2})),
+        StreamsTargetRecord("sg", "m", MemberTasks(frozenset({TaskId("count", 0, 1, 2),
+                                                              TaskId("join", 0)}))),
+        StreamsOffsetRecord("sg", Shard("orders", 0, 1 << 31, 1 << 32), 9, "", 4),
     ]
 
 
@@ -227,7 +241,34 @@ def test_stored_bytes_are_pinned() -> None:
         '["sT","sg",4]',
         '["sC","sg","m",[4,3,"unrevoked",[{"a":[0,2],"b":[1]},{"b":[0]},{"a":[1]}],[{},{"c":[0]},{}]]]',
         '["sO","sg","orders",1,7,"",4]',
+        '["sY","sg",{"count":{"parallelism":2,"topics":["orders"]},"join":["clicks"]}]',
+        '["st","sg","m",[{"count":[[0,1,2]],"join":[0]},{},{}]]',
+        '["sK","sg","orders",0,2147483648,4294967296,9,"",4]',
     ]
+
+
+def test_streams_records_written_before_key_range_tasks_still_decode() -> None:
+    """Key-range tasks added fields without changing what a K=1 group writes: a store written before
+    them replays to the same records (K=1 everywhere)."""
+    before = ['["sY","sg",{"count":["orders"]}]', '["st","sg","m",[{"count":[0,1]},{},{}]]',
+              '["sO","sg","orders",1,7,"",4]']
+    assert [codec.decode(t) for t in before] == [
+        TopologyRecord("sg", Topology((Subtopology("count", frozenset({"orders"}), 1),))),
+        StreamsTargetRecord("sg", "m", MemberTasks(frozenset({TaskId("count", 0), TaskId("count", 1)}))),
+        StreamsOffsetRecord("sg", Shard("orders", 1), 7, "", 4)]
+
+
+@pytest.mark.parametrize("text, complaint", [
+    ('["st","sg","m",[{"c":[[0,2,2]]},{},{}]]', "needs K > 1 and 0 <= r < K"),
+    ('["st","sg","m",[{"c":[[0,0,1]]},{},{}]]', "needs K > 1"),
+    ('["st","sg","m",[{"c":[[0,1,2],[0,1,2]]},{},{}]]', "listed twice"),
+    ('["sY","sg",{"c":{"topics":["o"]}}]', "exactly 'topics' and 'parallelism'"),
+    ('["sY","sg",{"c":{"topics":["o"],"parallelism":0}}]', "parallelism 0"),
+    ('["sK","sg","o",0,5,5,1,"",1]', "not a range of the key space"),
+])
+def test_damaged_key_range_task_records_are_refused_naming_the_field(text: str, complaint: str) -> None:
+    with pytest.raises(codec.CodecError, match=re.escape(complaint)):
+        codec.decode(text)
 
 
 def test_consumer_records_written_before_streams_still_decode() -> None:

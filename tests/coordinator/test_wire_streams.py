@@ -109,6 +109,23 @@ def test_equal_tasks_give_equal_bytes(tasks: MemberTasks) -> None:
             == streams_wire.member_tasks_to_pb(tasks).SerializeToString(deterministic=True))
 
 
+def test_key_range_tasks_travel_and_whole_partition_tasks_are_unchanged_on_the_wire() -> None:
+    """K=1 writes none of the key-range fields (old peers read the same bytes); K>1 round-trips."""
+    whole = MemberTasks(frozenset({TaskId("s", 0), TaskId("s", 1)}))
+    msg = streams_wire.member_tasks_to_pb(whole)
+    assert msg.SerializeToString(deterministic=True) == pb.MemberTasks(
+        active=_subs(("s", [0, 1]))).SerializeToString(deterministic=True)
+    ranged = MemberTasks(frozenset({TaskId("s", 0, 1, 4), TaskId("s", 2, 0, 4), TaskId("t", 0)}),
+                         warmup=frozenset({TaskId("s", 0, 3, 4)}))
+    assert streams_wire.member_tasks_from_pb(through_bytes(streams_wire.member_tasks_to_pb(ranged))) == ranged
+    topology = Topology.of({"s": ["a"], "t": ["b"]}, parallelism={"s": 4})
+    back = streams_wire.topology_from_pb(through_bytes(streams_wire.topology_to_pb(topology)))
+    assert back == topology and back.subtopology("s").parallelism == 4  # type: ignore[union-attr]
+    offsets = {TaskId("s", 0, 1, 4): {TaskId("s", 0, 1, 4).shard("a"): 7}}
+    back_offsets = streams_wire.task_offsets_from_pb(through_bytes(streams_wire.task_offsets_to_pb(offsets)))
+    assert back_offsets == offsets
+
+
 def test_topology_goes_out_sorted() -> None:
     msg = streams_wire.topology_to_pb(Topology.of({"join": ["views", "clicks"], "count": ["orders"]}))
     assert [(s.subtopology_id, list(s.source_topics)) for s in msg.subtopologies] == [
@@ -199,6 +216,23 @@ def _request(**fields: Any) -> pb.StreamsHeartbeatRequest:
      "topology: subtopology 's' lists source topic 'a' twice"),
     (_request(topology=_topology((" ", ["a"]))), "topology: a subtopology id must be a non-empty string"),
     (_request(topology=_topology(("s", []))), "topology: subtopology 's' has no source topics"),
+    (_request(owned=pb.MemberTasks(active=[pb.SubtopologyTasks(subtopology="s", partitions=[0, 0],
+                                                               parallelism=2, parts=[1, 1])])),
+     "owned.active lists task s_0.1of2 twice"),
+    (_request(owned=pb.MemberTasks(active=[pb.SubtopologyTasks(subtopology="s", partitions=[0],
+                                                               parallelism=2, parts=[2])])),
+     "owned.active: subtopology 's' lists key range 2 of 2; ranges are 0..1"),
+    (_request(owned=pb.MemberTasks(active=[pb.SubtopologyTasks(subtopology="s", partitions=[0, 1],
+                                                               parallelism=2, parts=[0])])),
+     "lists 2 partitions and 1 key ranges"),
+    (_request(owned=pb.MemberTasks(active=[pb.SubtopologyTasks(subtopology="s", partitions=[0], parts=[0])])),
+     "lists key ranges with parallelism 0"),
+    (_request(task_offsets=pb.TaskOffsets(tasks=[pb.TaskPosition(subtopology="s", partition=0, part=3,
+                                                                  parallelism=2)])),
+     "task_offsets: task s_0 names key range 3 of 2"),
+    (_request(topology=pb.Topology(subtopologies=[pb.Subtopology(subtopology_id="s", source_topics=["a"],
+                                                                 parallelism=2000)])),
+     "topology: subtopology 's' has parallelism 2000"),
 ])
 def test_a_malformed_request_is_refused_naming_the_field(msg: pb.StreamsHeartbeatRequest,
                                                         problem: str) -> None:

@@ -128,7 +128,18 @@ def test_metadata_round_trips_several_tasks() -> None:
     assert parse_commit_metadata(text) == commits
 
 
-TASKS = st.builds(TaskId, st.text(min_size=1, max_size=8), st.integers(0, 999))
+SUBS = st.text(min_size=1, max_size=8)
+TASKS = st.builds(TaskId, SUBS, st.integers(0, 999), st.just(0), st.just(1)) | st.integers(2, 8).flatmap(
+    lambda k: st.builds(TaskId, SUBS, st.integers(0, 999), st.integers(0, k - 1), st.just(k)))
+
+
+def test_whole_partition_tasks_keep_their_metadata_and_range_tasks_add_their_range() -> None:
+    """Metadata written before key-range tasks reads the same; a range task's entry names its range."""
+    text = format_commit_metadata({TaskId("s", 1): 7, TaskId("t", 0, 1, 2): 9})
+    assert text.endswith('[["s",1,7],["t",0,9,1,2]]')
+    assert parse_commit_metadata(text) == {TaskId("s", 1): 7, TaskId("t", 0, 1, 2): 9}
+    assert resume_point([text], TaskId("t", 0, 1, 2)) == 9
+    assert resume_point([text], TaskId("t", 0, 0, 2)) is None
 
 
 @given(st.dictionaries(TASKS, st.integers(0, 2**62), max_size=8))

@@ -609,3 +609,23 @@ def test_a_recreated_changelog_wipes_the_local_copy(tmp_path: Path, members: Mem
         s.restore_to_end(committed=c1)
         assert state(s) == {b"k%d" % i: b"v" for i in range(10)}
     recreated.close()
+
+
+def test_a_key_range_task_keeps_its_own_changelog_partition_and_file(tmp_path: Path,
+                                                                     log: PartitionedLog) -> None:
+    """Task (s, i, r, K) writes changelog partition i*K + r, in a file of that number; a whole-partition
+    task's partition and file stay its partition number."""
+    ranged = TaskId("count", 1, 1, 2)
+    with TaskStore(tmp_path / "a", log, GROUP, ranged, partitions=4) as s:
+        s.become_active(None, 1)
+        s.put(b"k", b"1")
+        commit = s.flush({"orders": 5})
+        assert s.path.name == f"{TOPIC}.3.sqlite3"
+    assert log.end_offsets(TOPIC)[3] == commit + 1 and log.end_offsets(TOPIC).get(1, 0) == 0
+    with TaskStore(tmp_path / "b", log, GROUP, ranged, partitions=4) as copy:
+        copy.restore(committed=commit)
+        assert copy.get(b"k") == b"1" and copy.source_offsets == {"orders": 5}
+    with TaskStore(tmp_path / "c", log, GROUP, TASK, partitions=4) as whole:
+        assert whole.path.name == f"{TOPIC}.1.sqlite3" and whole.get(b"k") is None
+    with pytest.raises(ValueError, match="writes changelog partition 3, but its subtopology has 2 tasks"):
+        TaskStore(tmp_path / "d", log, GROUP, ranged, partitions=2)

@@ -96,6 +96,9 @@ SCHEMAS: dict[str, Any] = {
                               "when ready); nothing is assigned until they are fixed."},
         "topology": {"type": "object", "additionalProperties": _STRS,
                      "description": "Subtopology -> its source topics (empty until a member sent one)."},
+        "parallelism": {"type": "object", "additionalProperties": _INT,
+                        "description": "Subtopology -> its key ranges per partition (1: whole partitions; "
+                                       "K > 1: tasks are spelled subtopology_partition.RofK)."},
         "members": {"type": "array", "items": {"$ref": "#/components/schemas/StreamsMember"}},
         "history": {"type": "array", "items": {"$ref": "#/components/schemas/EpochChange"},
                     "description": "Not in `groups describe --json`."},

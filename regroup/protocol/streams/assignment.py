@@ -201,8 +201,8 @@ def validate_task_assignment(spec: TaskAssignmentSpec,
     return out
 
 
-def _task_key(task: object) -> tuple[str, int]:
+def _task_key(task: object) -> tuple[str, int, int, int]:
     """Sort key that tolerates junk (so the error names the junk rather than a TypeError)."""
     if isinstance(task, TaskId):
-        return (task.subtopology, task.partition)
-    return ("\uffff" + repr(task), 0)
+        return (task.subtopology, task.partition, task.part, task.parts)
+    return ("\uffff" + repr(task), 0, 0, 0)

@@ -25,6 +25,12 @@ Rules the methods keep:
    heartbeats or reconnects first, and so is one that does not show up within a heartbeat interval
    plus the grace after a restart; a static member waits its session timeout
    (`regroup.protocol.failover`, the same rule as consumer groups').
+6. A subtopology's parallelism (its key ranges per partition, `topology` rule 4) is fixed for the
+   life of the group: a member whose topology gives a subtopology of the group's topology another
+   parallelism is refused (INVALID_REQUEST, naming both) and changes nothing — its tasks would be
+   other cuts of the keys, and the state of one cut cannot become another's. Any other topology
+   change is taken as before (the latest sent wins). To change the parallelism, delete the group
+   (which needs it empty, and drops its offsets) and start again with fresh local state.
 """
 
 from __future__ import annotations
@@ -102,7 +108,7 @@ from regroup.protocol.streams.records import (
 )
 from regroup.protocol.streams.state import StreamsGroup, apply, held
 from regroup.protocol.streams.target import ASSIGNOR, ProcessLags, caught_up, group_status, new_target
-from regroup.protocol.streams.topology import TaskId
+from regroup.protocol.streams.topology import TaskId, Topology
 from regroup.protocol.timers import DueTimer, MemberKey, TimerKind, Timers
 from regroup.protocol.topics import TopicMetadata
 from regroup.protocol.validation import (
@@ -257,6 +263,8 @@ class StreamsGroups:
                     "session timed out); drop its tasks and rejoin with epoch 0")
             else:
                 check_epoch(group, req, group.current[mid])
+        if group is not None and group.topology is not None and req.topology is not None:
+            _check_cuts(group, req.topology)
         if (group is None or group.topology is None) and req.topology is None:
             raise ProtocolError(ErrorCode.INVALID_REQUEST,
                                 f"the first member of streams group {gid!r} must send the topology")
@@ -677,6 +685,21 @@ class StreamsGroups:
         book = self.lags.get(group_id, LagBook())
         return describe(group, group_status(group), book.process_lags(group, self.offsets),
                         self.config_for(group_id).acceptable_recovery_lag)
+
+
+def _check_cuts(group: StreamsGroup, topology: Topology) -> None:
+    """Rule 6: a subtopology keeps the parallelism the group first had for it."""
+    assert group.topology is not None
+    for sub in topology.subtopologies:
+        now = group.topology.subtopology(sub.subtopology_id)
+        if now is not None and now.parallelism != sub.parallelism:
+            raise ProtocolError(
+                ErrorCode.INVALID_REQUEST,
+                f"subtopology {sub.subtopology_id!r} of streams group {group.group_id!r} has parallelism "
+                f"{now.parallelism} (key ranges per partition), and this member declares {sub.parallelism}; "
+                "a task's state cannot be re-cut, so the parallelism cannot change while the group exists: "
+                "run every member with the group's, or stop them all, delete the group and its local "
+                "state, and start over with the new one")
 
 
 def _blocker(group: StreamsGroup, mid: str) -> Callable[[TaskId, str], bool]:

@@ -69,13 +69,23 @@ def validate(req: StreamsHeartbeatRequest, cfg: CoordinatorConfig) -> None:
                                    "non-negative integers")
 
 
-def tasks_from_listing(field: str, listing: Iterable[tuple[str, Collection[int]]], limit: int) -> TaskSet:
+def tasks_from_listing(field: str, listing: Iterable[tuple[str | tuple[str, int], Collection[int]]],
+                       limit: int) -> TaskSet:
     """The tasks of one role as a request lists them, ``(subtopology, partitions)`` groups, as a set.
+    A group of key-range tasks (a subtopology cut K ways) is named ``(subtopology, K)`` and lists each
+    task by its number ``partition * K + range`` (`TaskId.changelog_partition`).
 
     INVALID_REQUEST, before any task is built, when the groups list more than ``limit`` tasks (counted
     as listed) or one task twice (the message names it).
     """
-    return unique_from_listing(field, listing, limit, TaskId, "task")
+    return unique_from_listing(field, listing, limit, _listed_task, "task")
+
+
+def _listed_task(name: str | tuple[str, int], number: int) -> TaskId:
+    if isinstance(name, tuple):
+        sub, parts = name
+        return TaskId(sub, number) if parts == 1 else TaskId(sub, number // parts, number % parts, parts)
+    return TaskId(name, number)
 
 
 def check_epoch(group: StreamsGroup, req: StreamsHeartbeatRequest, current: StreamsCurrent) -> None:

@@ -10,7 +10,9 @@ Rules:
    task, the offset the active committed (through the group's normal commit path, keyed by
    `Shard(topic, partition)`) minus the copy's reported offset, at least 0, summed over the task's
    source partitions. A partition the copy does not mention counts from offset 0; a partition
-   nobody committed counts as 0 behind.
+   nobody committed counts as 0 behind. A key-range task (`topology` rule 4) is measured on its
+   range's fragment of each partition (`TaskId.shard`): the committed offset counts the records of
+   the partition's other keys too, so its lag is an upper bound of the records it has to catch up.
 3. Lags are per process: the members of one process share its state directory, so a process's lag
    for a task is the smallest any of its members reports.
 4. What the assignor last saw is remembered (`seen`), so that a heartbeat reporting a warm-up as
@@ -99,7 +101,7 @@ def copy_lag(group_id: str, task: TaskId, topics: tuple[str, ...], reached: Mapp
     """Rule 2 for one copy."""
     total = 0
     for topic in topics:
-        shard = Shard(topic, task.partition)
+        shard = task.shard(topic)
         end = committed(group_id, shard)
         if end is not None:
             total += max(0, end - reached.get(shard, 0))

@@ -6,7 +6,10 @@ Rules (the consumer-group rules of `regroup.protocol.offsets`, with tasks for sh
    *active* (assigned, or still pending revocation: committing is how it hands a task over cleanly).
    A standby or warm-up copy processes nothing downstream, so it never commits.
 2. A source partition ``Shard(topic, i)`` belongs to task ``TaskId(s, i)`` where ``s`` is the
-   subtopology reading ``topic``; a topic the topology does not read cannot be committed.
+   subtopology reading ``topic``; a topic the topology does not read cannot be committed. A
+   subtopology cut into K key ranges commits per range: ``Shard(topic, i, lo, hi)`` with ``[lo, hi)``
+   exactly range r of K belongs to task ``TaskId(s, i, r, K)`` (its fragment of the partition, as
+   a consumer group's range commit is); a whole partition or another cut belongs to no task.
 3. Committed offsets only move forward, except through an operator's reset, which needs a group
    with no members so that it cannot race a live task.
 4. The metadata string is the member's to use (the plain-Python member records there where its
@@ -28,7 +31,7 @@ from regroup.protocol.offsets import RESET_COMMIT_EPOCH, check_epoch_of, check_f
 from regroup.protocol.shard import Shard
 from regroup.protocol.streams.records import StreamsOffsetRecord
 from regroup.protocol.streams.state import StreamsGroup, held
-from regroup.protocol.streams.topology import TaskId
+from regroup.protocol.streams.topology import Subtopology, TaskId, task_of_shard
 
 __all__ = ["commit_records", "delete_offset_records", "fetch_offsets", "reset_records", "task_of"]
 
@@ -39,8 +42,14 @@ def task_of(group: StreamsGroup, shard: Shard) -> TaskId | None:
         return None
     for sub in group.topology.subtopologies:
         if shard.topic in sub.source_topics:
-            return TaskId(sub.subtopology_id, shard.partition)
+            return task_of_shard(sub.subtopology_id, sub.parallelism, shard)
     return None
+
+
+def _reader(group: StreamsGroup, topic: str) -> Subtopology | None:
+    if group.topology is None:
+        return None
+    return next((s for s in group.topology.subtopologies if topic in s.source_topics), None)
 
 
 def commit_records(group: StreamsGroup, req: OffsetCommitRequest) -> list[StreamsOffsetRecord]:
@@ -53,10 +62,14 @@ def commit_records(group: StreamsGroup, req: OffsetCommitRequest) -> list[Stream
     for shard, offset in req.offsets.items():
         task = task_of(group, shard)
         if task is None:
+            sub = _reader(group, shard.topic)
             raise ProtocolError(
                 ErrorCode.NOT_OWNED,
                 f"member {req.member_id!r} commits {shard}, but no subtopology of streams group "
-                f"{group.group_id!r} reads topic {shard.topic!r}")
+                f"{group.group_id!r} reads topic {shard.topic!r}" if sub is None else
+                f"member {req.member_id!r} commits {shard}, which is not a task's part of topic "
+                f"{shard.topic!r}: subtopology {sub.subtopology_id!r} cuts its partitions into "
+                f"{sub.parallelism} key range(s), and each task commits exactly its own")
         if task not in active:
             raise ProtocolError(
                 ErrorCode.NOT_OWNED,

@@ -15,6 +15,14 @@ Rules:
    to one side of a join). So `configure` never raises for it: it returns `TopologyReady` with the
    task list, or `TopologyNotReady` with every reason, each naming the topics and their counts. A
    group that is not ready assigns nothing until a later metadata change makes it ready.
+4. A subtopology may cut each partition into ``parallelism`` K key ranges (default 1: whole
+   partitions). Its tasks are then ``TaskId(subtopology, i, r, K)`` for r in 0..K-1: key range r of
+   partition *i* of every source topic, cut exactly as a consumer group's parallelism cuts a
+   partition (`regroup.protocol.keyrange.ranges`, the same hash), so equal ranges of co-partitioned
+   topics stay together in one task. A task's state is keyed by its task id and cannot be re-cut,
+   so K is part of the topology: a group's K cannot change while the group exists (the coordinator
+   refuses a member that declares another, `regroup.protocol.streams.coordinator`). ``str(task)`` is
+   ``sub_3`` at K=1, as it always was, and ``sub_3.1of4`` for range 1 of 4.
 
 Left out for now (later parts of issue 9): repartition and changelog topics (the coordinator will
 decide their partition counts, as Kafka's KIP-1071 coordinator does), stateless subtopologies (every
@@ -27,11 +35,14 @@ needs, and reports anything else as not ready rather than silently leaving parti
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from regroup.protocol.errors import ErrorCode, ProtocolError
+from regroup.protocol.keyrange import MAX_PARALLELISM, ranges
+from regroup.protocol.shard import Shard
 from regroup.protocol.topics import TopicMetadata
 
 __all__ = [
@@ -42,21 +53,75 @@ __all__ = [
     "TopologyNotReady",
     "TopologyReady",
     "configure",
+    "parse_task_id",
+    "task_of_shard",
 ]
 
 
 class TaskId(NamedTuple):
-    """One task: partition ``partition`` of every source topic of subtopology ``subtopology``.
+    """One task: partition ``partition`` of every source topic of subtopology ``subtopology`` — or,
+    when the subtopology's ``parallelism`` is above 1, key range ``part`` of ``parts`` of that
+    partition (rule 4).
 
     A named tuple, so tasks hash, compare and sort in C; sorting is by subtopology id, then
-    partition, which is the order every deterministic choice in this package follows.
+    partition, then range, which is the order every deterministic choice in this package follows.
     """
 
     subtopology: str
     partition: int
+    part: int = 0
+    parts: int = 1
 
     def __str__(self) -> str:
-        return f"{self.subtopology}_{self.partition}"  # Kafka's spelling of a task id
+        if self.parts == 1:
+            return f"{self.subtopology}_{self.partition}"  # Kafka's spelling of a task id
+        return f"{self.subtopology}_{self.partition}.{self.part}of{self.parts}"
+
+    @property
+    def key_range(self) -> tuple[int, int]:
+        """The ``[lo, hi)`` of the key space this task's records fall in (all of it at 1 part)."""
+        return ranges(self.parts)[self.part]
+
+    @property
+    def changelog_partition(self) -> int:
+        """The one partition per task of the subtopology's tasks (its changelog's, its checkpoints'):
+        ``partition * parts + part``, so the partition number itself at 1 part."""
+        return self.partition * self.parts + self.part
+
+    def shard(self, topic: str) -> Shard:
+        """This task's part of source topic ``topic``: its partition, cut to the task's key range."""
+        if self.parts == 1:
+            return Shard(topic, self.partition)
+        lo, hi = self.key_range
+        return Shard(topic, self.partition, lo, hi)
+
+
+_TASK_NAME = re.compile(r"(.+)_(\d+)(?:\.(\d+)of(\d+))?")
+
+
+def parse_task_id(name: str) -> TaskId | None:
+    """The task ``str(task)`` spells (``sub_3``, ``sub_3.1of4``), or None for any other name (a
+    directory named after a task is read back with it)."""
+    m = _TASK_NAME.fullmatch(name)
+    if m is None:
+        return None
+    sub, partition, part, parts = m.groups()
+    if parts is None:
+        return TaskId(sub, int(partition))
+    if not 0 <= int(part) < int(parts) <= MAX_PARALLELISM or int(parts) == 1:
+        return None
+    return TaskId(sub, int(partition), int(part), int(parts))
+
+
+def task_of_shard(subtopology: str, parallelism: int, shard: Shard) -> TaskId | None:
+    """The task of a subtopology cut ``parallelism`` ways that reads exactly ``shard`` (None when the
+    shard is not one of its tasks' parts: a whole partition of a cut subtopology, or another cut)."""
+    if parallelism == 1:
+        return TaskId(subtopology, shard.partition) if shard.whole else None
+    for r, (lo, hi) in enumerate(ranges(parallelism)):
+        if (shard.lo, shard.hi) == (lo, hi):
+            return TaskId(subtopology, shard.partition, r, parallelism)
+    return None
 
 
 def _invalid(message: str) -> ProtocolError:
@@ -65,10 +130,12 @@ def _invalid(message: str) -> ProtocolError:
 
 @dataclass(frozen=True, slots=True)
 class Subtopology:
-    """A part of the topology that reads ``source_topics`` (co-partitioned) as one unit of work."""
+    """A part of the topology that reads ``source_topics`` (co-partitioned) as one unit of work, each
+    partition cut into ``parallelism`` key ranges (rule 4)."""
 
     subtopology_id: str
     source_topics: frozenset[str]
+    parallelism: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +158,10 @@ class Topology:
             seen_ids.add(sid)
             if not sub.source_topics:
                 raise _invalid(f"subtopology {sid!r} has no source topics")
+            k = sub.parallelism
+            if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_PARALLELISM:
+                raise _invalid(f"subtopology {sid!r} has parallelism {k!r}; it must be an integer "
+                               f"1..{MAX_PARALLELISM} (key ranges per partition)")
             for topic in sorted(sub.source_topics):
                 if not isinstance(topic, str) or not topic.strip():
                     raise _invalid(f"subtopology {sid!r} names a source topic {topic!r}; "
@@ -103,17 +174,30 @@ class Topology:
         object.__setattr__(self, "subtopologies", ordered)
 
     @classmethod
-    def of(cls, sources: Mapping[str, Iterable[str]]) -> Topology:
-        """``Topology.of({"join": ["clicks", "views"], "count": ["orders"]})``."""
+    def of(cls, sources: Mapping[str, Iterable[str]],
+           parallelism: Mapping[str, int] | None = None) -> Topology:
+        """``Topology.of({"join": ["clicks", "views"], "count": ["orders"]}, parallelism={"count": 4})``
+        (a subtopology not in ``parallelism`` reads whole partitions)."""
         if isinstance(sources, str) or not isinstance(sources, Mapping):
             raise _invalid("a topology is a mapping of subtopology id to its source topics")
+        cuts = dict(parallelism or {})
+        unknown = sorted(set(cuts) - set(sources))
+        if unknown:
+            raise _invalid(f"parallelism names subtopolog{'ies' if len(unknown) > 1 else 'y'} "
+                           f"{', '.join(map(repr, unknown))}, which the topology does not have")
         subs = []
         for sid, topics in sources.items():
             if isinstance(topics, str):
                 raise _invalid(f"the source topics of subtopology {sid!r} must be a list of names, "
                                f"not the string {topics!r}")
-            subs.append(Subtopology(sid, frozenset(topics)))
+            subs.append(Subtopology(sid, frozenset(topics), cuts.get(sid, 1)))
         return cls(tuple(subs))
+
+    def subtopology(self, subtopology_id: str) -> Subtopology | None:
+        for s in self.subtopologies:
+            if s.subtopology_id == subtopology_id:
+                return s
+        return None
 
     @property
     def source_topics(self) -> frozenset[str]:
@@ -125,7 +209,7 @@ class TopologyReady:
     """Every source topic exists and each subtopology's topics are co-partitioned."""
 
     tasks: tuple[TaskId, ...]  # sorted
-    tasks_per_subtopology: Mapping[str, int]
+    tasks_per_subtopology: Mapping[str, int]  # partitions times parallelism
     ready: bool = True
 
 
@@ -145,9 +229,10 @@ ConfiguredTopology = TopologyReady | TopologyNotReady
 
 
 def configure(topology: Topology, topics: TopicMetadata) -> ConfiguredTopology:
-    """The tasks of ``topology`` over ``topics`` (rule 2), or why there are none yet (rule 3)."""
+    """The tasks of ``topology`` over ``topics`` (rules 2 and 4), or why there are none yet (rule 3)."""
     reasons: list[str] = []
     per_subtopology: dict[str, int] = {}
+    cuts = {s.subtopology_id: s.parallelism for s in topology.subtopologies}
     for sub in topology.subtopologies:
         sid = sub.subtopology_id
         ordered = sorted(sub.source_topics)
@@ -166,5 +251,6 @@ def configure(topology: Topology, topics: TopicMetadata) -> ConfiguredTopology:
         per_subtopology[sid] = counts[ordered[0]]
     if reasons:
         return TopologyNotReady(tuple(reasons))
-    tasks = tuple(TaskId(sid, p) for sid, n in per_subtopology.items() for p in range(n))
-    return TopologyReady(tasks, per_subtopology)
+    tasks = tuple(TaskId(sid, p) if cuts[sid] == 1 else TaskId(sid, p, r, cuts[sid])
+                  for sid, n in per_subtopology.items() for p in range(n) for r in range(cuts[sid]))
+    return TopologyReady(tasks, {sid: n * cuts[sid] for sid, n in per_subtopology.items()})

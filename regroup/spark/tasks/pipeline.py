@@ -37,6 +37,11 @@ is on, which checkpoint is of record):
    stopped, but the query keeps running — until the coordinator answers again; a batch already
    running finishes, and its commit is fenced by epoch if the member was fenced meanwhile. Copies
    follow on: their sinks are off and they never read past the committed offsets.
+9. A key-range task (a subtopology with ``parallelism`` K, `regroup.protocol.streams.topology` rule 4)
+   is a query over its range of each source partition (`TaskId.shard`): its reader reads the
+   partition and keeps the records of its keys (`regroup.spark.read.read_range`, the consumer-group
+   source's filter), its offsets and commits are its range's, its checkpoint directory is named
+   ``tasks/sub_3.1of4/...`` (a whole-partition task's stays ``tasks/sub_3/...``).
 """
 
 from __future__ import annotations
@@ -75,7 +80,7 @@ from regroup.protocol.streams.checkpoints import (
     sink_on,
 )
 from regroup.protocol.streams.member import LostTasks, StartTasks, StopTasks, StreamsMemberStateMachine
-from regroup.protocol.streams.topology import TaskId, Topology
+from regroup.protocol.streams.topology import TaskId, Topology, parse_task_id
 from regroup.rpc.client import CoordinatorClient
 from regroup.spark.tasks.checkpoint import batch_ends, copy_batch, last_committed_batch, lineage_begin
 from regroup.spark.tasks.control import Control, read_ack, write_control
@@ -159,7 +164,7 @@ class StreamsPipeline:
         instance_id: str | None = None, output_mode: str = "update", trigger_ms: int = 500,
         token: str | None = None, session_timeout_ms: int = 45_000, heartbeat_interval_ms: int = 5_000,
         rebalance_timeout_ms: int = 60_000, max_records_per_trigger: int | None = None,
-        refresh_ms: int = 500, park_ms: int = 30_000,
+        refresh_ms: int = 500, park_ms: int = 30_000, parallelism: Mapping[str, int] | None = None,
     ) -> None:
         if not callable(build) or not callable(sink):
             raise TypeError("build (df, task) -> DataFrame and sink (df, TaskBatch) -> None "
@@ -167,7 +172,10 @@ class StreamsPipeline:
         if output_mode not in ("append", "update", "complete"):
             raise ValueError(f"output_mode must be append, update or complete, got {output_mode!r}")
         self.spark, self.group, self.build, self.sink = spark, group, build, sink
-        self.topology = topology if isinstance(topology, Topology) else Topology.of(topology)
+        if isinstance(topology, Topology) and parallelism is not None:
+            raise ValueError("give parallelism in the Topology itself (Subtopology.parallelism), "
+                             "not beside it")
+        self.topology = topology if isinstance(topology, Topology) else Topology.of(topology, parallelism)
         self.log_spec, self.output_mode, self.trigger_ms = log, output_mode, trigger_ms
         self.max_records_per_trigger = max_records_per_trigger
         self.refresh_ms, self.park_ms = refresh_ms, park_ms
@@ -361,7 +369,7 @@ class StreamsPipeline:
             return
         if q is not None:
             self._halt(task)
-        sources = {Shard(topic, task.partition) for topic in self._sources(task)}
+        sources = {task.shard(topic) for topic in self._sources(task)}
         if plan.how is StartFrom.RESUME:
             assert plan.directory is not None and record is not None
             directory, batch = plan.directory, record.batch
@@ -592,7 +600,7 @@ class StreamsPipeline:
     # ---------------------------------------------------------------- helpers
     def _fetch_committed(self, tasks: list[TaskId]) -> None:
         assert self.membership is not None
-        shards = {Shard(topic, t.partition): t for t in tasks for topic in self._sources(t)}
+        shards = {t.shard(topic): t for t in tasks for topic in self._sources(t)}
         committed = self.membership.fetch_committed_with_metadata(shards)
         for t in tasks:
             mine = {s: c for s, c in committed.items() if shards[s] == t}
@@ -650,8 +658,8 @@ class StreamsPipeline:
         except FileNotFoundError:
             return
         for task_dir in sorted(task_dirs, key=lambda d: d.name):
-            sub, _, part = task_dir.name.rpartition("_")
-            if not part.isdigit():
+            task = parse_task_id(task_dir.name)
+            if task is None:
                 continue
             for d in sorted(task_dir.iterdir(), key=lambda d: d.name):
                 if directory_owner(d.name) != self.process_id or d.name.endswith(".copying"):
@@ -659,7 +667,7 @@ class StreamsPipeline:
                 done = last_committed_batch(d)
                 ends = batch_ends(d, done) if done is not None else None
                 if ends:
-                    self._dormant[TaskId(sub, int(part))] = ends
+                    self._dormant[task] = ends
 
 
 def _has_state(q: _TaskQuery) -> bool:

@@ -36,7 +36,8 @@ def task(n: int) -> TaskId:
 
 
 def source(t: TaskId) -> Shard:
-    return Shard(TOPIC, t.partition)
+    """The task's part of ``in``: its partition, or its key range of it for a key-range task."""
+    return t.shard(TOPIC)
 
 
 @dataclass
@@ -55,6 +56,7 @@ class Deployment:
 
     partitions: int = 4
     config: StreamsConfig = field(default_factory=StreamsConfig)
+    topology: Topology = TOPOLOGY
     topics: TopicMetadata | None = None
     now: int = 0
     committed: dict[str, dict[Shard, int]] = field(default_factory=dict)
@@ -90,7 +92,7 @@ class Deployment:
         req = StreamsHeartbeatRequest(
             GROUP, m.member_id, m.epoch, instance_id=m.instance_id, process_id=m.process_id,
             rebalance_timeout_ms=REBALANCE_MS if joining else None,
-            topology=TOPOLOGY if joining else None, owned=m.owned,
+            topology=self.topology if joining else None, owned=m.owned,
             task_offsets={t: {source(t): pos} for t, pos in disk.items()})
         resp = self.keep(self.sg.heartbeat(req, self.now))
         m.last = resp
