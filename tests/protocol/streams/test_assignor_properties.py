@@ -192,6 +192,21 @@ def actives_by_process(spec: TaskAssignmentSpec, out: TaskAssignment) -> dict[Ta
     return {task: process_of[m] for m, r in out.items() for task in r.active}
 
 
+def over_full_processes(spec: TaskAssignmentSpec, out: TaskAssignment) -> set[str]:
+    """Processes holding more actives than their quota (rule 2: ``q, extra = divmod(tasks,
+    members)``, the first ``extra`` members by process id, then member id, may hold ``q + 1``)."""
+    process_of = spec.process_of()
+    order = sorted(process_of, key=lambda m: (process_of[m], m))
+    q, extra = divmod(len(spec.tasks), len(order)) if order else (0, 0)
+    quota = {pid: 0 for pid in spec.processes}
+    for i, m in enumerate(order):
+        quota[process_of[m]] += q + (i < extra)
+    held = {pid: 0 for pid in spec.processes}
+    for m, r in out.items():
+        held[process_of[m]] += len(r.active)
+    return {pid for pid in spec.processes if held[pid] > quota[pid]}
+
+
 def settle(spec: TaskAssignmentSpec) -> tuple[TaskAssignmentSpec, TaskAssignment]:
     """``spec`` after a few runs in which every placed copy restored, with its last target."""
     out = run(spec)
@@ -211,6 +226,10 @@ def test_a_static_member_back_with_a_new_member_id_moves_no_task_to_another_proc
     from its local state (found by the stateful demo's static roll, 2026-11-25)."""
     settled, out = settle(spec)
     assume(run(settled) == out)
+    # A process settled over its quota (its members' quotas add up to less than it holds: its extra
+    # task can move nowhere at once) is rule 3's known gap: which task it gives up may follow the
+    # member ids (the strict xfail below). The property is checked everywhere else.
+    assume(not over_full_processes(settled, out))
     members = sorted(settled.process_of())
     assume(members and new_id not in members)
     old_id = data.draw(st.sampled_from(members))
