@@ -47,13 +47,20 @@ without checksums to it. The ``crc`` column is nullable in both (``ALTER TABLE``
 column without a default), so one schema serves both; in format 2 a NULL checksum is damage.
 
 Read-only (``SqliteLog(path, read_only=True)``, for tools that inspect a stopped coordinator's data
-dir, such as `regroup.chaos.replay`): the file is opened through SQLite's read-only URI (``mode=ro``)
-and nothing in the dir changes — no table is created and a format-1 store is not upgraded: each row's
+dir, such as `regroup.chaos.replay`): first it takes a *shared* lock on the data dir's ``LOCK`` file
+(``flock(LOCK_SH | LOCK_NB)``), held until `close`, and refuses ("a coordinator is running on DIR")
+when a coordinator holds it: the coordinator's lock is exclusive, so while a reader holds its shared
+one no coordinator starts on the dir and nothing writes the files being read (readers do not exclude
+each other). A database file with no ``LOCK`` beside it (a copy, not a data dir a coordinator ran on)
+is read without one, since creating it would change the dir. The file is opened through SQLite's
+read-only URI (``mode=ro``): no table is created and a format-1 store is not upgraded (each row's
 checksum is computed as the upgrade would store it, in the query that reads it, so the rows are read
-and checked exactly as after an upgrade. With no ``-wal`` file beside the database (a coordinator that
-stopped cleanly) it is also opened ``immutable``, so SQLite creates no ``-wal``/``-shm`` files either;
-a ``-wal`` file left by a coordinator that was killed (or is running) is read through SQLite's shared
-memory as usual.
+and checked exactly as after an upgrade). With no ``-wal`` file beside the database (a coordinator that
+stopped cleanly) it is also opened ``immutable``, and nothing in the dir changes: SQLite creates no
+``-wal``/``-shm`` file. A ``-wal`` file left by a coordinator that was killed is read through SQLite's
+index of it, the ``-shm`` file, which SQLite rebuilds (or creates, when it is missing) even on a
+read-only open: the database and the ``-wal`` stay byte for byte as they were, the ``-shm`` may not
+(it holds no data of its own: a coordinator rebuilds it from the ``-wal`` when it starts).
 """
 
 from __future__ import annotations
@@ -160,23 +167,28 @@ class SqliteLog:
         self.path = path
         self.read_only = read_only
         self._crc = _CRC_STORED
+        self._shared_lock: IO[str] | None = None
         try:
             if read_only:
+                self._shared_lock = _lock_shared(path)
                 self._db = self._connect_read_only(path)
             else:
                 self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        except sqlite3.Error as e:
-            raise self._refused(e) from e
+        except BaseException as e:
+            self._unlock()
+            if isinstance(e, sqlite3.Error):
+                raise self._refused(e) from e
+            raise
         try:
             if read_only:
                 self._open_read_only()
             else:
                 self._open()
         except sqlite3.Error as e:
-            self._db.close()
+            self.close()
             raise self._refused(e) from e
         except BaseException:
-            self._db.close()
+            self.close()
             raise
 
     def _open(self) -> None:
@@ -387,6 +399,31 @@ class SqliteLog:
 
     def close(self) -> None:
         self._db.close()
+        self._unlock()
+
+    def _unlock(self) -> None:
+        if self._shared_lock is not None:
+            self._shared_lock.close()  # closing the descriptor releases the flock
+            self._shared_lock = None
+
+
+def _lock_shared(db_path: str) -> IO[str] | None:
+    """A read-only open's shared lock on the data dir of ``db_path`` (module docstring), or None when
+    there is no ``LOCK`` file beside it (not a data dir a coordinator ran on)."""
+    data_dir = os.path.dirname(os.path.abspath(db_path))
+    try:
+        lock = open(os.path.join(data_dir, LOCK_FILE))  # noqa: SIM115 - held until close
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise StoreError(f"{data_dir}: cannot open {LOCK_FILE} to lock it for reading ({e})") from e
+    try:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as e:
+        lock.close()
+        raise StoreError(f"a coordinator is running on {data_dir} (it holds {LOCK_FILE}); stop it before "
+                         f"reading its store, or read a copy of the data dir") from e
+    return lock
 
 
 # ------------------------------------------------------------------------------------ group commit
@@ -532,8 +569,8 @@ class DurableStore:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
             lock.close()
-            raise StoreError(f"{self.data_dir} is in use by another coordinator process (cannot lock "
-                             f"{LOCK_FILE}); stop it or use another --data-dir") from e
+            raise StoreError(f"{self.data_dir} is in use by another coordinator process, or a tool reading "
+                             f"its store (cannot lock {LOCK_FILE}); stop it or use another --data-dir") from e
         try:
             sqlite_log = SqliteLog(os.path.join(self.data_dir, DB_FILE))
             try:

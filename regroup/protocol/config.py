@@ -78,7 +78,12 @@ class CoordinatorConfig:
         if self.max_rebalance_timeout_ms <= 0:
             raise ConfigError("max_rebalance_timeout_ms",
                               f"must be positive, got {self.max_rebalance_timeout_ms}")
-        check_grace(self.failover_grace_ms)
+        try:
+            check_grace(self.failover_grace_ms)
+        except ValueError:  # `check_grace`'s own words name no flag: say it as every setting here does
+            raise ConfigError("failover_grace_ms", f"must be a non-negative integer of milliseconds (how "
+                              f"long a dynamic member whose connection broke keeps its partitions; 0: off), "
+                              f"got {self.failover_grace_ms!r}") from None
         if isinstance(self.offsets_retention_ms, bool) or not isinstance(self.offsets_retention_ms, int) \
                 or self.offsets_retention_ms <= 0:
             raise ConfigError("offsets_retention_ms", f"must be a positive number of milliseconds (how long "

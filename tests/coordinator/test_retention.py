@@ -245,6 +245,7 @@ def test_a_retention_that_is_not_positive_is_refused_at_start_up(tmp_path: Path,
 @pytest.mark.parametrize(("setting", "said"), [
     ({"offsets_retention_ms": 0}, "--offsets-retention-ms must be a positive number of milliseconds"),
     ({"max_groups": 0}, "--max-groups must be at least 1, got 0"),
+    ({"failover_grace_ms": -1}, "--failover-grace-ms must be a non-negative integer of milliseconds"),
     ({"heartbeat_interval_ms": 0}, "--heartbeat-interval-ms must be positive, got 0"),
     ({"session_timeout_ms": 5_000},
      "--session-timeout-ms must be larger than the heartbeat interval (5000 ms)"),

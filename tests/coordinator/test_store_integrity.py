@@ -314,3 +314,27 @@ def test_a_damaged_format_1_row_is_refused_by_a_read_only_open_too(tmp_path: Pat
     with pytest.raises(StoreError, match=r"record 2 reads as bytes b'\\x00'"):
         SqliteLog(str(tmp_path / store_mod.DB_FILE), read_only=True).load()
     assert _files(tmp_path) == before
+
+
+def test_a_read_only_open_shares_the_data_dirs_lock_and_never_beside_a_coordinator(tmp_path: Path) -> None:
+    """A reader takes a shared lock on ``LOCK`` for as long as it is open: refused while a coordinator
+    holds the dir (its lock is exclusive), and no coordinator starts on the dir while it reads, so a
+    coordinator cannot start writing between the reader's look at ``-wal`` and its reads. Readers
+    share the dir with each other."""
+    records = _written(tmp_path, compact=False)
+    path = str(tmp_path / store_mod.DB_FILE)
+    running = DurableStore(str(tmp_path))
+    running.open()
+    with pytest.raises(StoreError, match=f"a coordinator is running on {re.escape(str(tmp_path))}"):
+        SqliteLog(path, read_only=True)
+    asyncio.run(running.close())
+    first, second = SqliteLog(path, read_only=True), SqliteLog(path, read_only=True)
+    try:
+        assert first.load().records == second.load().records == records
+        with pytest.raises(StoreError, match="in use by another coordinator process, or a tool reading"):
+            DurableStore(str(tmp_path)).open()
+    finally:
+        first.close()
+        second.close()
+    with open(tmp_path / store_mod.LOCK_FILE) as lock:  # released at close: a coordinator may start
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
