@@ -11,8 +11,9 @@ the core's description at all). Three views of it are compared:
 2. **replayed**: the data dir read back by the server's own code (`SqliteLog.load`, which decodes
    every stored record with `codec.decode`, then `Coordinator.recover` and the topic metadata the
    server starts with), up to that same record — after the coordinator was stopped with SIGTERM. The
-   store is opened read-only: the replay changes nothing in the dir it inspects (not even the upgrade
-   of an older store format, which the restart then does as it would have);
+   store is opened read-only, under a shared lock of the data dir: the replay writes no record and
+   does not upgrade an older store format (the restart then does, as it would have); only SQLite's
+   shared-memory index (``-shm``) may be rebuilt after a killed writer;
 3. **restarted**: a new coordinator process on the same data dir, described the same way.
 
 live = replayed (to the record) says the records are a faithful log of the state; replayed (all of
@@ -128,7 +129,7 @@ def quiet_state(address: str, metrics_port: int, attempts: int = 50) -> tuple[St
 def replayed_state(data_dir: Path, upto_seq: int | None, topics: Mapping[str, int],
                    config: CoordinatorConfig, streams: StreamsConfig) -> tuple[State, int]:
     """The data dir replayed by the server's code (up to ``upto_seq``), and how many records that was."""
-    log = SqliteLog(os.path.join(data_dir, DB_FILE), read_only=True)  # changes nothing in the dir
+    log = SqliteLog(os.path.join(data_dir, DB_FILE), read_only=True)  # writes no record
     try:
         loaded = log.load(upto_seq)
     finally:
