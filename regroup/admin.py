@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -37,8 +38,8 @@ from rich.table import Table
 from rich.text import Text
 
 from regroup.coordinator.logs import LogLevel, escape_controls
-from regroup.protocol.keyrange import low_watermarks
-from regroup.protocol.shard import Shard, format_shards
+from regroup.protocol.keyrange import MAX_PARALLELISM, low_watermarks, ranges
+from regroup.protocol.shard import KEY_SPACE, Shard, format_shards
 
 if TYPE_CHECKING:
     from regroup.log.embedded import EmbeddedLog
@@ -107,11 +108,28 @@ def _connected(coordinator: str | None, token: str | None, tls_ca: str | None = 
         _fail(str(e))
 
 
+#: What follows ``TOPIC:`` — a partition, then optionally one of its key ranges: range R of K
+#: (``3.1of4``, as streams tasks are named) or ``[lo,hi)`` in hex (``3[40000000,80000000)``, as
+#: `Shard.__str__` prints a range, so what ``groups describe`` shows can be pasted back).
+_PARTITION = re.compile(r"(\d+)(?:\.(\d+)of(\d+)|\[([0-9a-fA-F]+),([0-9a-fA-F]+)\))?")
+_SHARD_FORMS = "TOPIC:PARTITION, or one key range of it: TOPIC:PARTITION.RofK or TOPIC:PARTITION[lo,hi)"
+
+
 def _parse_shard(text: str) -> Shard:
     topic, sep, part = text.rpartition(":")
-    if not sep or not topic or not part.isdigit():
-        raise typer.BadParameter(f"{text!r}: expected TOPIC:PARTITION, e.g. orders:3")
-    return Shard(topic, int(part))
+    m = _PARTITION.fullmatch(part) if sep and topic else None
+    if m is None:
+        raise typer.BadParameter(f"{text!r}: expected {_SHARD_FORMS}, e.g. orders:3, orders:3.1of4")
+    partition, r, k, lo, hi = m.groups()
+    if k is not None:
+        if not 0 <= int(r) < int(k) <= MAX_PARALLELISM:
+            raise typer.BadParameter(f"{text!r}: key range {r} of {k} needs 0 <= R < K <= {MAX_PARALLELISM}")
+        return Shard(topic, int(partition), *ranges(int(k))[int(r)])
+    if lo is not None:
+        if not 0 <= int(lo, 16) < int(hi, 16) <= KEY_SPACE:
+            raise typer.BadParameter(f"{text!r}: key range [{lo},{hi}) must have lo < hi <= {KEY_SPACE:x}")
+        return Shard(topic, int(partition), int(lo, 16), int(hi, 16))
+    return Shard(topic, int(partition))
 
 
 def _ack_or_fail(ack: Any) -> None:
@@ -480,7 +498,9 @@ def _dash(v: object) -> str:
 @offsets_app.command("reset")
 def offsets_reset(
     group: str = typer.Argument(..., help="The group id (must have no members)."),
-    to: list[str] = typer.Option(..., "--to", help="TOPIC:PARTITION=OFFSET, repeatable."),
+    to: list[str] = typer.Option(..., "--to", help="TOPIC:PARTITION=OFFSET, repeatable; a partition "
+                                 "may be one key range of it: TOPIC:PARTITION.RofK or "
+                                 "TOPIC:PARTITION[lo,hi) (hex, as `groups describe` prints it)."),
     coordinator: str | None = typer.Option(None, "--coordinator", "-c", help=COORDINATOR_HELP),
     token: str | None = typer.Option(None, help="API token (default: $REGROUP_TOKEN)."),
     tls_ca: str | None = typer.Option(None, "--tls-ca", metavar="PEM", help=TLS_CA_HELP),
@@ -490,7 +510,8 @@ def offsets_reset(
     for item in to:
         where, sep, offset = item.partition("=")
         if not sep or not offset.isdigit():
-            raise typer.BadParameter(f"{item!r}: expected TOPIC:PARTITION=OFFSET", param_hint="--to")
+            raise typer.BadParameter(f"{item!r}: expected TOPIC:PARTITION=OFFSET (the partition may name "
+                                     "a key range: orders:3.1of4=OFFSET)", param_hint="--to")
         offsets[_parse_shard(where)] = int(offset)
     with _connected(coordinator, token, tls_ca) as client:
         _ack_or_fail(client.reset_offsets(group, offsets))
@@ -501,7 +522,9 @@ def offsets_reset(
 def offsets_delete(
     group: str = typer.Argument(..., help="The group id (must have no members)."),
     partition: list[str] = typer.Option(None, "--partition", help="TOPIC:PARTITION, repeatable; "
-                                        "all of the group's offsets when omitted."),
+                                        "all of the group's offsets when omitted. A partition may "
+                                        "be one key range of it: TOPIC:PARTITION.RofK or "
+                                        "TOPIC:PARTITION[lo,hi)."),
     coordinator: str | None = typer.Option(None, "--coordinator", "-c", help=COORDINATOR_HELP),
     token: str | None = typer.Option(None, help="API token (default: $REGROUP_TOKEN)."),
     tls_ca: str | None = typer.Option(None, "--tls-ca", metavar="PEM", help=TLS_CA_HELP),

@@ -59,12 +59,14 @@ from regroup.coordinator.logs import instance_lookup, log_step
 from regroup.coordinator.metrics import Metrics
 from regroup.coordinator.runtime import Effects, Runtime
 from regroup.coordinator.sources import TopicRefresher
+from regroup.coordinator.spans import spans
 from regroup.coordinator.store import DurableStore, StoreError
 from regroup.coordinator.watch import CLOSED, TooManyWatchers, Watchers
 from regroup.protocol.coordinator import Coordinator, Outcome
 from regroup.protocol.describe import GroupDescription
 from regroup.protocol.errors import ErrorCode, ProtocolError
 from regroup.protocol.external import ExternalView
+from regroup.protocol.lag import Span, fragment_lag, group_lag, whole_span
 from regroup.protocol.messages import STATIC_LEAVE_EPOCH, Ack, HeartbeatResponse, OffsetFetchResponse
 from regroup.protocol.shard import Shard
 from regroup.protocol.streams.fencing import validate as validate_streams_heartbeat
@@ -634,7 +636,8 @@ class CoordinatorService:
         # The core's checks (and GROUP_ID_NOT_FOUND) before asking the log for end offsets.
         topics = sorted(self.runtime.read(lambda c: c.describe_group(gid)).response.subscribed_topics)
         ends = await self._end_offsets(topics)
-        return await self._ask(lambda c: self._details(c.describe_group(gid), ends))
+        split = await self._spans(ends)
+        return await self._ask(lambda c: self._details(c.describe_group(gid), ends, split))
 
     async def group_summaries(self) -> list[GroupSummary]:
         """One line per group for the dashboard's list: cheap (no member details), one end-offset
@@ -642,19 +645,24 @@ class CoordinatorService:
         topics = sorted(self.runtime.read(
             lambda c: {t for g in c.groups.values() for t in g.subscribed_topics}).response)
         ends = await self._end_offsets(topics)
+        split = await self._spans(ends)
 
         def summaries(c: Coordinator) -> list[GroupSummary]:
             out = []
             for gid, g in sorted(c.groups.items()):
-                lags = [max(0, end - o.offset) for s, o in g.offsets.items()
-                        if (end := ends.get(Shard(s.topic, s.partition))) is not None]
-                out.append(GroupSummary(gid, g.state.value, g.epoch, len(g.members),
-                                        sum(lags) if lags else None))
+                lag = group_lag({s: o.offset for s, o in g.offsets.items()}, ends, split)  # lag rule 3
+                out.append(GroupSummary(gid, g.state.value, g.epoch, len(g.members), lag))
             return out
 
         return await self._ask(summaries)
 
-    def _details(self, d: GroupDescription, ends: dict[Shard, int]) -> GroupDetails:
+    async def _spans(self, ends: dict[Shard, int]) -> dict[Shard, tuple[Span, ...]]:
+        """The pieces of the split partitions among those ``ends`` knows (`regroup.coordinator.spans`)."""
+        source = self.refresher.source if self.refresher is not None else None
+        return await spans(source, ends, self.options.end_offsets_timeout_s)
+
+    def _details(self, d: GroupDescription, ends: dict[Shard, int],
+                 split: dict[Shard, tuple[Span, ...]] | None = None) -> GroupDetails:
         gid = d.group_id
         now = self.clock()
         clients = {}
@@ -672,10 +680,13 @@ class CoordinatorService:
         for s in sorted(shards):
             committed = d.offsets.get(s)
             end = ends.get(Shard(s.topic, s.partition))
+            pieces = (split or {}).get(Shard(s.topic, s.partition))
+            if pieces is not None:  # split: where its keys' pieces end, and lag over them (lag rule 1)
+                end = max((e for lo, hi, _, e in pieces if lo < s.hi and s.lo < hi), default=end)
             if committed is None:
                 offsets.append(OffsetStatus(s, None, "", -1, end, None, owners.get(s)))
             else:
-                lag = max(0, end - committed.offset) if end is not None else None
+                lag = None if end is None else fragment_lag(pieces or whole_span(end), s, committed.offset)
                 offsets.append(OffsetStatus(s, committed.offset, committed.metadata, committed.commit_epoch,
                                             end, lag, owners.get(s)))
         return GroupDetails(d, clients, tuple(offsets), self.history.of(gid), self.options.address)

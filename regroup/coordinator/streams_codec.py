@@ -12,7 +12,9 @@ Rules (the consumer-group records' rules in `codec`, extended):
 5. Key-range tasks (`regroup.protocol.streams.topology` rule 4) add to this without changing what a
    K=1 group writes: a key-range task is the entry ``[partition, range, K]`` in its subtopology's
    list, a cut subtopology is ``{"topics": [source topics], "parallelism": K}`` in the topology, and a
-   committed offset of a task's key range is an ``sK`` record (as the consumer records' ``K``).
+   committed offset of a task's key range is an ``sK`` record (as the consumer records' ``K``), and
+   the cut of a source topic the current topology no longer reads is an ``sP`` record (as the
+   consumer records' ``P``; only snapshots write it, and data without it still decodes).
 3. Decoding checks the type of every field and says which record and which field was wrong (a
    damaged record is refused, never misread). A stored topology is checked again by `Topology`'s own
    rules. Errors are `ValueError`s; `codec.decode` wraps them in its `CodecError`. The field readers
@@ -26,6 +28,7 @@ What is stored for each record (``|null`` marks a tombstone or an absent value):
     sE  group, epoch|null                                       StreamsEpochRecord
     sY  group, topology                                         TopologyRecord
     sS  group, {topic: partitions}                              SourceTopicsRecord
+    sP  group, topic, parallelism                               SourceParallelismRecord
     sM  group, member, [instance|null, process, timeout]|null   StreamsMemberRecord
     sT  group, target epoch                                     StreamsTargetEpochRecord
     st  group, member, tasks|null                               StreamsTargetRecord
@@ -42,10 +45,12 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from regroup.protocol.errors import ProtocolError
+from regroup.protocol.keyrange import MAX_PARALLELISM
 from regroup.protocol.records import MemberStatus
 from regroup.protocol.shard import KEY_SPACE, Shard
 from regroup.protocol.streams.assignment import MemberTasks
 from regroup.protocol.streams.records import (
+    SourceParallelismRecord,
     SourceTopicsRecord,
     StreamsCurrent,
     StreamsCurrentRecord,
@@ -102,6 +107,8 @@ def to_list(r: StreamsRecord) -> list[Any]:
         return ["sY", r.group_id, _topology(r.topology)]
     if isinstance(r, SourceTopicsRecord):
         return ["sS", r.group_id, dict(sorted(r.topics.items()))]
+    if isinstance(r, SourceParallelismRecord):
+        return ["sP", r.group_id, r.topic, r.parallelism]
     if isinstance(r, StreamsMemberRecord):
         return ["sM", r.group_id, r.member_id, None if r.member is None else _member(r.member)]
     if isinstance(r, StreamsTargetEpochRecord):
@@ -218,6 +225,14 @@ def _untopic_counts(x: object) -> dict[str, int]:
             for t, n in sorted(read_dict(x, "the source topics").items())}
 
 
+def _unparallelism(v: list[Any]) -> SourceParallelismRecord:
+    topic = read_str(v[2], "the topic")
+    k = read_int(v[3], f"the parallelism of source topic {topic!r}")
+    if not 1 <= k <= MAX_PARALLELISM:
+        raise ValueError(f"the parallelism of source topic {topic!r} must be 1..{MAX_PARALLELISM}, found {k}")
+    return SourceParallelismRecord(_group(v), topic, k)
+
+
 def _unmember(x: object) -> StreamsMember | None:
     if x is None:
         return None
@@ -272,6 +287,7 @@ DECODERS: Mapping[str, tuple[str, int, Callable[[list[Any]], StreamsRecord]]] = 
            lambda v: StreamsEpochRecord(_group(v), read_opt_int(v[2], "the group epoch"))),
     "sY": ("TopologyRecord", 3, lambda v: TopologyRecord(_group(v), _untopology(v[2]))),
     "sS": ("SourceTopicsRecord", 3, lambda v: SourceTopicsRecord(_group(v), _untopic_counts(v[2]))),
+    "sP": ("SourceParallelismRecord", 4, _unparallelism),
     "sM": ("StreamsMemberRecord", 4,
            lambda v: StreamsMemberRecord(_group(v), _member_id(v), _unmember(v[3]))),
     "sT": ("StreamsTargetEpochRecord", 3,

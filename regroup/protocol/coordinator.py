@@ -239,7 +239,8 @@ class Coordinator:
         """A member's commit; ``ends``: where partitions end in the log, as far as the shell knows (an
         offset beyond its partition's end is refused, rule 5, once the member's own checks passed)."""
         if req.group_id in self.streams.groups:
-            if (refused := _key_ranges_refused(self.streams.groups[req.group_id], req.offsets)) is not None:
+            if (refused := _key_ranges_refused(self.streams.groups[req.group_id], req.offsets,
+                                               lanes=True)) is not None:
                 return Outcome(refused)
             if ends and (beyond := self._streams_beyond_ends(req, ends)) is not None:
                 return Outcome(beyond)
@@ -253,7 +254,7 @@ class Coordinator:
         a zombie's commit is answered without waiting on the log."""
         try:
             if req.group_id in self.streams.groups:
-                refused = _key_ranges_refused(self.streams.groups[req.group_id], req.offsets)
+                refused = _key_ranges_refused(self.streams.groups[req.group_id], req.offsets, lanes=True)
                 if refused is not None:
                     return refused
                 validate_commit(req, self.config)
@@ -278,7 +279,7 @@ class Coordinator:
 
     def fetch_offsets(self, req: OffsetFetchRequest) -> OffsetFetchResponse:
         if req.group_id in self.streams.groups:
-            refused = _key_ranges_refused(self.streams.groups[req.group_id], req.shards or ())
+            refused = _key_ranges_refused(self.streams.groups[req.group_id], req.shards or (), lanes=True)
             if refused is not None:
                 return OffsetFetchResponse(refused.error, refused.message)
             return self.streams.fetch_offsets(req)
@@ -411,16 +412,26 @@ class Coordinator:
         return self.consumer.watch(group_id, member_id)
 
 
-def _key_ranges_refused(group: StreamsGroup, shards: Iterable[Shard]) -> Ack | None:
+def _key_ranges_refused(group: StreamsGroup, shards: Iterable[Shard], *, lanes: bool = False) -> Ack | None:
     """Streams groups keep offsets per task: per whole partition, or per key range of a subtopology
-    cut into key ranges (`regroup.protocol.streams.topology` rule 4) — exactly its tasks' ranges. Any
-    other key range named for one is refused."""
-    ranged = sorted(str(s) for s in shards if not s.whole and task_offsets.task_of(group, s) is None)
+    cut into key ranges (`regroup.protocol.streams.topology` rule 4) — exactly its tasks' ranges, and
+    in a member's commit or fetch (``lanes``) the lanes of them an active reads a split partition as
+    (`regroup.protocol.streams.offsets` rule 2). Any other key range named for one is refused. A
+    whole partition is not: of a topic cut into key ranges, it stands for all of them (reset, delete
+    and fetch, `regroup.protocol.streams.offsets` rule 5)."""
+    ranged = sorted(str(s) for s in shards if not s.whole and not _task_part(group, s, lanes))
     if not ranged:
         return None
     return Ack(ErrorCode.INVALID_REQUEST, f"group {group.group_id!r} is a streams group, whose offsets are "
                f"per task: whole partitions, or the key ranges of its subtopologies' parallelism; key ranges "
                f"({', '.join(ranged[:3])}) are none of its tasks'")
+
+
+def _task_part(group: StreamsGroup, shard: Shard, lanes: bool) -> bool:
+    """Whether ``shard`` is a task's part — or, with ``lanes`` (a member's commit or fetch), a lane
+    of one (`regroup.protocol.streams.offsets` rule 2); an operator names tasks' parts only."""
+    task = task_offsets.task_holding_shard(group, shard) if lanes else task_offsets.task_of(group, shard)
+    return task is not None
 
 
 def _whole_partitions(offsets: Mapping[Shard, CommittedOffset]) -> dict[Shard, CommittedOffset]:

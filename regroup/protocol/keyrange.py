@@ -55,8 +55,8 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
 
 __all__ = [
-    "HASH_SEED", "KEY_SPACE", "MAX_PARALLELISM", "Resume", "commit_fragments", "kept", "key_hash",
-    "low_watermarks", "range_of", "range_shards", "ranges", "resume",
+    "HASH_SEED", "KEY_SPACE", "MAX_PARALLELISM", "Resume", "commit_fragments", "kept", "kept_points",
+    "key_hash", "low_watermarks", "points", "range_of", "range_shards", "ranges", "resume",
 ]
 
 #: The seed of XXH64 (Spark's ``xxhash64`` uses 42 too).
@@ -89,14 +89,32 @@ def kept(
     (no Python frame per record), and the comparisons are numpy's. numpy is imported here, not at
     the top, so that the coordinator and the CLI, which import this module, do not pay for it.
     """
+    return kept_points(points(keys, offsets), offsets, lo, hi, skip)
+
+
+def points(keys: Sequence[bytes | None], offsets: NDArray[np.int64]) -> NDArray[np.uint64]:
+    """Each record's point (rule 1) for a column, vectorised (see `kept`): hashed once, for reads
+    that route one column to several ranges (`kept_points` per range)."""
     import numpy as np
 
     n = len(keys)
     try:  # rule 1 for keyed records, the common case: the top 32 bits of XXH64(key, 42)
         keyed = cast("Sequence[bytes]", keys)  # a None in it raises TypeError: the other path
-        points = np.fromiter(map(_hash, keyed, repeat(HASH_SEED)), dtype=np.uint64, count=n) >> np.uint64(32)
+        return np.fromiter(map(_hash, keyed, repeat(HASH_SEED)), dtype=np.uint64, count=n) >> np.uint64(32)
     except TypeError:  # a keyless record (None) hashes on its offset: the rule record by record
-        points = np.fromiter(map(key_hash, keys, offsets.tolist()), dtype=np.uint64, count=n)
+        return np.fromiter(map(key_hash, keys, offsets.tolist()), dtype=np.uint64, count=n)
+
+
+def kept_points(
+    points: NDArray[np.uint64],
+    offsets: NDArray[np.int64],
+    lo: int,
+    hi: int,
+    skip: Sequence[tuple[int, int, int]] = (),
+) -> NDArray[np.bool_]:
+    """`kept` on points already computed (`points`)."""
+    import numpy as np
+
     mask: NDArray[np.bool_] = (points >= lo) & (points < hi)
     if not skip:
         return mask

@@ -54,7 +54,7 @@ from itertools import pairwise
 from typing import NamedTuple
 
 from regroup.protocol.driver import advanced
-from regroup.protocol.keyrange import Resume
+from regroup.protocol.keyrange import Resume, resume
 from regroup.protocol.shard import KEY_SPACE, Shard
 
 #: Version of the checkpointed offset format; a reader refuses offsets it does not understand. Key
@@ -172,6 +172,34 @@ def lane_begin(resume: Resume, lane: Shard, at: int | None = None) -> tuple[int,
     own = clip(resume, lane.lo, lane.hi)
     start = own.start if at is None else max(at, own.start)
     return start, own.passed(start)
+
+
+def relaned(
+    shard: Shard, lanes: Mapping[Shard, tuple[int, Resume]], pieces: Pieces
+) -> dict[Shard, tuple[int, Resume]]:
+    """The lanes of ``shard`` for its partition's open ``pieces`` now, from the lanes it is read as
+    (each at its position, with what it still skips there): ``lanes`` itself when they match the
+    pieces; else every key's progress (its lane's position, or a skip piece's offset above it) taken
+    as committed fragments, the shard's `keyrange.resume` of them, and each new lane's `lane_begin`.
+    A split cuts a lane, each part beginning where it was (or where its own keys resume); a merge
+    joins lanes into one at the slowest, skipping what the faster ones did — the rules a new owner
+    of the shard would follow, so a process that reads lanes between batches (the streams member)
+    needs no rule of its own. The lanes must tile ``shard``."""
+    wanted = lanes_of(shard, pieces)
+    if set(wanted) == set(lanes):
+        return dict(lanes)
+    done: dict[Shard, int] = {}
+    for lane, (at, r) in lanes.items():
+        skip = [(max(a, lane.lo), min(b, lane.hi), o) for a, b, o in r.skip if a < lane.hi and lane.lo < b]
+        cuts = sorted({lane.lo, lane.hi, *(b for a, z, _ in skip for b in (a, z))})
+        for lo, hi in pairwise(cuts):
+            held = [o for a, b, o in skip if a <= lo and hi <= b]
+            done[Shard(shard.topic, shard.partition, lo, hi)] = max([at, *held])
+    whole = resume(done, shard, 0)
+    out: dict[Shard, tuple[int, Resume]] = {}
+    for lane in wanted:
+        out[lane] = lane_begin(whole, lane)
+    return out
 
 
 def lane_ends(lanes: Iterable[Shard], pieces: Mapping[tuple[str, int], PieceEnds]) -> dict[Shard, int]:
@@ -433,6 +461,34 @@ def split_ranges(ranges: Iterable[ShardRange], max_records: int) -> list[ShardRa
         while at < r.end:
             nxt = min(r.end, at + max_records)
             out.append(ShardRange(r.shard, at, nxt, pending(r.skip, at)))
+            at = nxt
+    return out
+
+
+def grouped_ranges(ranges: Iterable[ShardRange], max_records: int) -> list[tuple[ShardRange, ...]]:
+    """The reads of a batch: the ranges of one partition together, so that its records are read once
+    for every key range of it the query owns (each read routes a record to the range holding its key;
+    the ranges of one partition hold disjoint keys), cut into slices of at most ``max_records``
+    offsets — each slice the ranges clipped to it, with the skip pieces that still drop records
+    there. A partition with one range gives what `split_ranges` gives, one range per read."""
+    if max_records <= 0:
+        raise ValueError(f"max_records must be > 0, got {max_records}")
+    by_partition: dict[tuple[str, int], list[ShardRange]] = {}
+    for r in ranges:
+        by_partition.setdefault(r.shard.partition_key, []).append(r)
+    out: list[tuple[ShardRange, ...]] = []
+    for _, rs in sorted(by_partition.items()):
+        if len(rs) == 1:
+            out.extend((r,) for r in split_ranges(rs, max_records))
+            continue
+        rs.sort(key=lambda r: r.shard)
+        at, end = min(r.start for r in rs), max(r.end for r in rs)
+        while at < end:
+            nxt = min(end, at + max_records)
+            part = tuple(ShardRange(r.shard, a, b, pending(r.skip, a))
+                         for r in rs for a, b in [(max(r.start, at), min(r.end, nxt))] if a < b)
+            if part:
+                out.append(part)
             at = nxt
     return out
 

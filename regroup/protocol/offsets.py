@@ -39,7 +39,7 @@ operator's reset is not checked against the end: a reset can always be undone by
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from regroup.protocol.errors import ErrorCode, ProtocolError
 from regroup.protocol.keyrange import commit_fragments, resume
@@ -169,12 +169,18 @@ def _owned_container(shard: Shard, *owned: Iterable[Shard]) -> Shard | None:
 
 def _check_range_forward(group: Group, owned: Shard, shard: Shard, offset: int) -> None:
     """A key range's commit is behind when it is below the floor of the shard it is part of
-    (``owned``; itself, unless it is a part of an owned shard): where its owner began that shard at
+    (``owned``; itself, unless it is a part of an owned shard): see `check_floor`."""
+    check_floor(group.offsets_overlapping(owned), owned, shard, offset)
+
+
+def check_floor(hit: Mapping[Shard, CommittedOffset], owned: Shard, shard: Shard, offset: int) -> None:
+    """OFFSET_OUT_OF_ORDER when a commit of ``shard`` (``owned`` or a part of it) at ``offset`` is
+    below the floor of ``owned``, whose committed fragments are ``hit``: where its owner began it at
     the lowest (keyrange rule 4, with a reset offset of 0 for its keys that no fragment covers — the
     core does not know the member's reset policy; see the module's rules). A part of a shard may well
     be below its own fragments — it began where the whole shard did, and skips what a former owner
-    did — and committing it there lowers nothing (keyrange rule 3)."""
-    hit = group.offsets_overlapping(owned)
+    did — and committing it there lowers nothing (keyrange rule 3). Streams groups keep the same rule
+    for the parts of a task (`regroup.protocol.streams.offsets`)."""
     if not hit:
         return
     floor = resume({f: c.offset for f, c in hit.items()}, owned, 0).start
@@ -187,19 +193,33 @@ def _check_range_forward(group: Group, owned: Shard, shard: Shard, offset: int) 
 
 
 def _fragment_records(group: Group, req: OffsetCommitRequest) -> list[Record]:
-    """The records of a commit that names key ranges or partitions with range fragments: the
-    fragments each commit deletes and writes, applied in order on a working copy so that two ranges
-    of one partition in one request see each other's fragments."""
+    """The records of a commit that names key ranges or partitions with range fragments."""
     gid = req.group_id
+    deleted, written = fragment_changes(
+        lambda s: group.offsets_overlapping(Shard(s.topic, s.partition)), req.offsets, req.metadata,
+        req.member_epoch)
+    out: list[Record] = [OffsetRecord(gid, f, None) for f in deleted if f in group.offsets]
+    out.extend(OffsetRecord(gid, f, c.offset, c.metadata, c.commit_epoch) for f, c in sorted(written.items()))
+    return out
+
+
+def fragment_changes(
+    partition_fragments: Callable[[Shard], Mapping[Shard, CommittedOffset]],
+    offsets: Mapping[Shard, int], metadata: str, epoch: int,
+) -> tuple[list[Shard], dict[Shard, CommittedOffset]]:
+    """The fragments a commit of ``offsets`` deletes and writes (keyrange rule 3), applied in order on
+    a working copy so that two ranges of one partition in one request see each other's fragments.
+    ``partition_fragments(s)`` gives the committed fragments of ``s``'s partition (those that matter
+    to it). Consumer groups and streams groups (the lanes of a task) share it."""
     work: dict[tuple[str, int], dict[Shard, CommittedOffset]] = {}
     deleted: dict[Shard, None] = {}
     written: dict[Shard, CommittedOffset] = {}
-    for shard, offset in sorted(req.offsets.items()):
+    for shard, offset in sorted(offsets.items()):
         key = (shard.topic, shard.partition)
         if key not in work:
-            work[key] = group.offsets_overlapping(Shard(shard.topic, shard.partition))
+            work[key] = dict(partition_fragments(shard))
         frags = work[key]
-        done = CommittedOffset(offset, req.metadata, req.member_epoch)
+        done = CommittedOffset(offset, metadata, epoch)
         gone, changed = commit_fragments(frags, shard, done)
         for f in gone:
             frags.pop(f, None)
@@ -209,9 +229,7 @@ def _fragment_records(group: Group, req: OffsetCommitRequest) -> list[Record]:
             frags[f] = c
             written[f] = c
             deleted.pop(f, None)
-    out: list[Record] = [OffsetRecord(gid, f, None) for f in sorted(deleted) if f in group.offsets]
-    out.extend(OffsetRecord(gid, f, c.offset, c.metadata, c.commit_epoch) for f, c in sorted(written.items()))
-    return out
+    return sorted(deleted), written
 
 
 def reset_records(group: Group | None, req: OffsetResetRequest) -> list[Record]:

@@ -15,6 +15,13 @@ to read columnar frames from: its keys' records lie in pieces with offsets of th
 its keys lie in now, should a split since the plan have cut it — from ``start`` up to ``end``, each
 read saying where the next begins (it may jump over offsets that piece never had); the records are
 converted to Arrow row by row (`records_to_arrow`), which costs more than the columnar path.
+
+Several key ranges of one partition owned by one query are read together (`read_ranges`): the
+partition's records from the lowest start to the highest end are read once, each record's point is
+hashed once, and a record is kept when the range holding its key keeps it (its offset inside that
+range's ``[start, end)``, no skip piece dropping it). The ranges of one partition hold disjoint keys,
+so each record goes to at most one; every key's records come out in offset order. A partition split
+on the producer side is read range by range, as above.
 """
 
 from __future__ import annotations
@@ -29,8 +36,8 @@ from regroup.log.arrow import ARROW_SCHEMA, HEADER_STRUCT, records_to_arrow
 from regroup.log.base import PartitionedLog
 from regroup.log.embedded import EmbeddedLog
 from regroup.log.embedded.layout import SpansOpenPieces
-from regroup.protocol.keyrange import kept
-from regroup.protocol.microbatch import lanes_of
+from regroup.protocol.keyrange import kept, kept_points, points
+from regroup.protocol.microbatch import ShardRange, lanes_of
 from regroup.protocol.shard import Shard
 
 #: The source's schema as Spark sees it (and as `spark.readStream.format("regroup").load()` shows it).
@@ -96,6 +103,39 @@ def read_range(
             if batch.num_rows == 0:
                 continue  # none of this read is the range's: not an error, the log did not end
         yield batch.cast(SPARK_ARROW_SCHEMA)
+
+
+def read_ranges(spec: str, ranges: Sequence[ShardRange]) -> Iterator[pa.RecordBatch]:
+    """Several ranges of one partition (disjoint keys) read once: the records each of them keeps, as
+    :func:`read_range` would give them one by one, in offset order (see the module docstring)."""
+    if len(ranges) == 1:
+        r = ranges[0]
+        yield from read_range(spec, r.shard, r.start, r.end, r.skip)
+        return
+    first = ranges[0].shard
+    if any(r.shard.partition_key != first.partition_key for r in ranges):
+        raise ValueError(f"read_ranges reads ranges of one partition, got {[str(r.shard) for r in ranges]}")
+    log = _log(spec)
+    if isinstance(log, EmbeddedLog) and not log.layout(first.topic, first.partition).trivial:
+        for r in ranges:  # split on the producer side: by key, range by range
+            yield from read_range(spec, r.shard, r.start, r.end, r.skip)
+        return
+    at, end = min(r.start for r in ranges), max(r.end for r in ranges)
+    while at < end:
+        batch = log.read_arrow(first.topic, first.partition, at, min(BATCH_RECORDS, end - at))
+        if batch.num_rows == 0:
+            raise _ended(first, at, end)
+        at = batch.column(2)[-1].as_py() + 1
+        offsets = batch.column("offset").to_numpy()
+        where = points(batch.column("key").to_pylist(), offsets)
+        mask = None
+        for r in ranges:
+            keep = kept_points(where, offsets, r.shard.lo, r.shard.hi, r.skip) & (offsets >= r.start) \
+                & (offsets < r.end)
+            mask = keep if mask is None else mask | keep
+        batch = batch.filter(pa.array(mask))
+        if batch.num_rows:
+            yield batch.cast(SPARK_ARROW_SCHEMA)
 
 
 def _read_by_key(

@@ -10,13 +10,14 @@ Spark's Python data source API splits a source in two:
   Arrow record batches of one offset range, straight from the log's columns.
 
 Key ranges (a group's ``parallelism`` above 1 for a topic, docs/key-ranges.md): each key range the
-query owns is a shard of its own, so it becomes input partitions of its own — one partition's ranges
-run as parallel Spark tasks. A range's task reads its partition's records ``[start, end)`` and keeps
-those whose key hash is in the range (and, after a merge, drops those a former owner did: the skip
-pieces its `ShardRange` carries); the filter is vectorised (`regroup.spark.read`). Each range's task
-reads the whole slice of the partition, so a query with ``n`` ranges of one partition reads it ``n``
-times, and ``maxRecordsPerTrigger`` / ``maxRecordsPerSplit`` count records read, not kept. A range
-(or a whole partition after a merge) is committed at the batch's end for it, like a partition.
+query owns is a shard of its own, with its own offsets, skip pieces and commits. The ranges of one
+partition are read together (`microbatch.grouped_ranges`, `regroup.spark.read.read_ranges`): one
+input partition per slice of ``maxRecordsPerSplit`` offsets reads the partition's records once and
+keeps those whose key hash is in one of the ranges (and, after a merge, that the range's skip pieces
+do not drop: records a former owner did); the filter is vectorised. ``maxRecordsPerTrigger`` /
+``maxRecordsPerSplit`` count records read, not kept. A range (or a whole partition after a merge) is
+committed at the batch's end for it, like a partition. A partition split on the producer side is read
+range by range (its lanes lie in different pieces).
 
 Offsets in Spark's checkpoint are `BatchOffset` JSON (see `regroup.protocol.microbatch`); those this
 reader plans also carry its random token (``"reader"``), by which the driver's listener reports which
@@ -33,10 +34,10 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from regroup.protocol.microbatch import BatchOffset, ShardRange, split_ranges
+from regroup.protocol.microbatch import BatchOffset, ShardRange, grouped_ranges
 from regroup.spark.finished import TOKEN_KEY
 from regroup.spark.options import SourceOptions, parse_options
-from regroup.spark.read import SPARK_SCHEMA_DDL, read_range
+from regroup.spark.read import SPARK_SCHEMA_DDL, read_range, read_ranges
 
 if TYPE_CHECKING:
     from regroup.spark.member import QueryMember
@@ -52,6 +53,15 @@ class RangePartition(InputPartition):
         r = shard_range
         super().__init__((r.shard.topic, r.shard.partition, r.shard.lo, r.shard.hi, r.start, r.end))
         self.log_spec, self.range = log_spec, shard_range
+
+
+class RangesPartition(InputPartition):
+    """One Spark task reading several `ShardRange`s of one partition at once (`read_ranges`)."""
+
+    def __init__(self, log_spec: str, ranges: tuple[ShardRange, ...]) -> None:
+        super().__init__(tuple((r.shard.topic, r.shard.partition, r.shard.lo, r.shard.hi, r.start, r.end)
+                               for r in ranges))
+        self.log_spec, self.ranges = log_spec, ranges
 
 
 class RegroupStreamReader(DataSourceStreamReader):
@@ -99,13 +109,16 @@ class RegroupStreamReader(DataSourceStreamReader):
         member = self._joined()
         ranges = member.ranges(BatchOffset.from_json(start), BatchOffset.from_json(end))
         member.unconfirmed = end  # the batch about to run (the planned one, or a replay after a restart)
-        pieces = split_ranges(ranges, self.opts.max_records_per_split)
-        return [RangePartition(self.opts.log, r) for r in pieces]
+        reads = grouped_ranges(ranges, self.opts.max_records_per_split)
+        return [RangePartition(self.opts.log, rs[0]) if len(rs) == 1 else RangesPartition(self.opts.log, rs)
+                for rs in reads]
 
     def commit(self, end: dict[str, Any]) -> None:
         self._joined().batch_committed(BatchOffset.from_json(end))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        if isinstance(partition, RangesPartition):
+            return read_ranges(partition.log_spec, partition.ranges)
         assert isinstance(partition, RangePartition)
         r = partition.range
         return read_range(partition.log_spec, r.shard, r.start, r.end, r.skip)

@@ -34,6 +34,14 @@ Rules of this module (the shell: it carries out what `regroup.protocol.streams.m
    changelog partition ``partition * K + range``. Every key is in exactly one task, so each key's
    records are processed in offset order by one task at a time. Two range tasks of one partition on
    one member each read the partition (the cost of key ranges, as for consumers).
+8. A source partition split on the producer side (`regroup.log.embedded.layout`) is read as the
+   consumer reads it: the task's part of it as *lanes*, one per open piece its keys lie in
+   (`regroup.protocol.microbatch.lanes_of`), each with its own position, beginning where the task's
+   committed fragments say for its keys (`keyrange.resume`, `microbatch.lane_begin`) and skipping
+   what a former active already did. Each commit names every lane (fragments of the task's part,
+   `regroup.protocol.streams.offsets` rule 2). Between batches, lanes that a split or merge made
+   stale are cut or joined (`microbatch.relaned`). The store records, per source topic, the lowest
+   lane position: the task's committed position as a whole, which the coordinator's is too.
 
 Guarantees: the state of a task is exactly the state after the records up to its committed offsets
 (exactly once), across clean hand-offs and crashes; outputs (`TaskContext.send`) are at least once —
@@ -54,8 +62,10 @@ from regroup.client.errors import CommitFailedError, OffsetFetchError
 from regroup.client.streams_membership import StreamsMembership
 from regroup.log import open_log
 from regroup.log.base import ConsumedRecord, LogRecord, PartitionedLog
-from regroup.protocol.keyrange import key_hash
+from regroup.log.embedded.layout import SpansOpenPieces
+from regroup.protocol.keyrange import Resume, key_hash, resume
 from regroup.protocol.member import Fatal
+from regroup.protocol.microbatch import lane_begin, lanes_of, relaned
 from regroup.protocol.shard import Shard
 from regroup.protocol.streams.assignment import MemberTasks
 from regroup.protocol.streams.member import LostTasks, StartTasks, StopTasks, StreamsMemberStateMachine
@@ -100,12 +110,22 @@ ProcessFn = Callable[[ConsumedRecord, TaskContext], None]
 @dataclass
 class _Active:
     context: TaskContext
-    #: Next offset to read, per source topic (the task's partition of each).
-    positions: dict[str, int]
+    #: Per source topic, the lanes the task's part of it is read as (rule 8; one, the part itself,
+    #: unless the partition is split), each with its next offset to read and what it still skips.
+    lanes: dict[str, dict[Shard, tuple[int, Resume]]]
     dirty: bool = False
     #: Partitions this task wrote (its changelog, its outputs): released when it stops here, so
     #: that the next active can write them (the embedded log has one writer per partition).
     written: set[tuple[str, int]] = field(default_factory=set)
+
+    @property
+    def positions(self) -> dict[str, int]:
+        """Per source topic, the lowest lane position: the task's position as a whole (rule 8)."""
+        return {topic: min(at for at, _ in lanes.values()) for topic, lanes in self.lanes.items()}
+
+    def offsets(self) -> dict[Shard, int]:
+        """What a commit names: every lane's position."""
+        return {lane: at for lanes in self.lanes.values() for lane, (at, _) in lanes.items()}
 
 
 class StreamsApp:
@@ -251,18 +271,27 @@ class StreamsApp:
         shards = {t.shard(topic): t for t in tasks for topic in self._sources(t)}
         committed = self.membership.fetch_committed_with_metadata(shards)
         for t in tasks:
-            mine = {sh: committed[sh] for sh, task in shards.items() if task == t and sh in committed}
+            # The task's committed fragments: its own part, or the lanes of it committed on their own.
+            mine = {f: c for f, c in committed.items()
+                    if any(_inside(f, t.shard(topic)) for topic in self._sources(t))}
             self._copies.pop(t, None)
             store = self._store(t)
+            low: dict[str, int] = {}
+            for f, (o, _) in mine.items():
+                low[f.topic] = min(o, low.get(f.topic, o))
             try:
-                resume = resume_point([m for _, m in mine.values()], t)
-                store.become_active(resume, max(self._machine.epoch, 0),
-                                    committed_offsets={sh.topic: o for sh, (o, _) in mine.items()} or None)
+                point = resume_point([m for _, m in mine.values()], t)
+                store.become_active(point, max(self._machine.epoch, 0), committed_offsets=low or None)
             except (ValueError, StateStoreError) as e:
                 raise StreamsError(f"cannot take task {t} over as its active: {e}") from e
-            positions = {topic: 0 for topic in self._sources(t)}
-            positions.update({sh.topic: o for sh, (o, _) in mine.items()})
-            self._actives[t] = _Active(TaskContext(t, store), positions,
+            lanes: dict[str, dict[Shard, tuple[int, Resume]]] = {}
+            for topic in self._sources(t):
+                own = t.shard(topic)
+                # From the start of the partition for keys nothing was committed for (rule 3).
+                r = resume({f: o for f, (o, _) in mine.items() if f.topic == topic}, own, 0)
+                pieces = self.log.key_pieces(topic, t.partition)
+                lanes[topic] = {lane: lane_begin(r, lane) for lane in lanes_of(own, pieces)}
+            self._actives[t] = _Active(TaskContext(t, store), lanes,
                                        written={(store.topic, t.changelog_partition)})
 
     def _stop_tasks(self, tasks: MemberTasks) -> None:
@@ -303,17 +332,29 @@ class StreamsApp:
     def _process_actives(self) -> bool:
         busy = False
         for t, active in sorted(self._actives.items()):
-            lo, hi = t.key_range
-            for topic in sorted(active.positions):
-                records = self.log.read(topic, t.partition, active.positions[topic], self.batch_records)
-                for record in records:
-                    if t.parts == 1 or lo <= key_hash(record.key, record.offset) < hi:  # rule 7
-                        self.process(record, active.context)
-                if records:
-                    active.positions[topic] = records[-1].offset + 1
-                    active.dirty = busy = True
+            for topic in sorted(active.lanes):
+                busy = self._process_lanes(t, topic, active) or busy
         if busy:
             self._commit(final=False)
+        return busy
+
+    def _process_lanes(self, t: TaskId, topic: str, active: _Active) -> bool:
+        """One batch of each lane of ``t``'s part of ``topic`` (rules 7 and 8): the records of its
+        keys, in offset order, but those a former active did; its position moves past what was read."""
+        pieces = self.log.key_pieces(topic, t.partition)
+        lanes = active.lanes[topic] = relaned(t.shard(topic), active.lanes[topic], pieces)
+        busy = False
+        for lane, (at, skip) in sorted(lanes.items()):
+            try:
+                got = self.log.read_keys(topic, t.partition, lane.lo, lane.hi, at, self.batch_records)
+            except SpansOpenPieces:  # split since the lanes were cut: cut again on the next round
+                return busy
+            for record in got.records:
+                if not skip.skip or not skip.skips(key_hash(record.key, record.offset), record.offset):
+                    self.process(record, active.context)
+            if got.next_offset > at:
+                lanes[lane] = (got.next_offset, skip.passed(got.next_offset))
+                active.dirty = busy = True
         return busy
 
     def _commit(self, *, final: bool) -> None:
@@ -326,7 +367,7 @@ class StreamsApp:
                 continue
             active.written |= self._produce(active.context)
             flushed[t] = active.context.store.flush(active.positions)
-            offsets.update({t.shard(topic): o for topic, o in active.positions.items()})
+            offsets.update(active.offsets())
             active.dirty = False
         if not flushed:
             return
@@ -435,6 +476,12 @@ class StreamsApp:
             if store.wiped:
                 log.warning("the local copy of %s was rebuilt from its changelog: %s", task, store.wiped)
         return store
+
+
+def _inside(part: Shard, shard: Shard) -> bool:
+    """Whether every key of ``part`` is ``shard``'s, in the same partition."""
+    return (part.topic, part.partition) == (shard.topic, shard.partition) and shard.lo <= part.lo \
+        and part.hi <= shard.hi
 
 
 def _process_id(state_dir: Path) -> str:

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 from regroup.protocol.errors import ErrorCode
-from regroup.protocol.messages import OffsetCommitRequest
+from regroup.protocol.messages import OffsetCommitRequest, OffsetFetchRequest
 from regroup.protocol.shard import Shard
-from regroup.protocol.streams.messages import StreamsHeartbeatRequest, StreamsHeartbeatResponse
+from regroup.protocol.streams.messages import LEAVE_EPOCH, StreamsHeartbeatRequest, StreamsHeartbeatResponse
 from regroup.protocol.streams.topology import TaskId, Topology
 from regroup.rpc.client import CoordinatorClient
 from tests.coordinator.server_proc import start_server
@@ -191,5 +191,43 @@ def test_groups_describe_shows_key_range_tasks(tmp_path: Path) -> None:
             assert "topology: count <- orders (2 key ranges per partition)" in out, out
             assert "count[0.0of2,0.1of2]" in out, out
             assert re.search(r"P1 .*count_0\.1of2 .*active .*40", out), out
+    finally:
+        assert s.terminate() == 0, s.log()
+
+
+def test_offsets_of_a_streams_group_cut_into_key_ranges(tmp_path: Path) -> None:
+    """`offsets reset` and `offsets delete` on a streams group that cuts ``orders`` into 2 key ranges:
+    a whole partition stands for both ranges, and one range is named as ``0.1of2`` (a task's
+    spelling) or ``0[00000000,80000000)`` (how a key range is printed)."""
+    s = start_server(tmp_path / "data", "--log", "static:orders=1")
+    ranged = [TaskId("count", 0, r, 2).shard("orders") for r in range(2)]
+
+    def committed() -> dict[Shard, int]:
+        got = c.fetch_offsets(OffsetFetchRequest("hot", "", -1, None))
+        assert got.error is ErrorCode.NONE, got.message
+        return {sh: o.offset for sh, o in got.offsets.items()}
+
+    try:
+        with CoordinatorClient(s.address, timeout_s=10) as c:
+            hot = Topology.of({"count": ["orders"]}, parallelism={"count": 2})
+            a = _streams_join(c, "hot", "a", "P1", hot)
+            assert c.commit_offsets(OffsetCommitRequest("hot", "a", a.member_epoch,
+                                                        dict.fromkeys(ranged, 100))).ok
+            left = c.streams_heartbeat(StreamsHeartbeatRequest("hot", "a", LEAVE_EPOCH))
+            assert left.error is ErrorCode.NONE, left.message
+            at = ("--coordinator", s.address)
+            text("offsets", "reset", "hot", "--to", "orders:0=5", *at)
+            assert committed() == dict.fromkeys(ranged, 5)
+            text("offsets", "reset", "hot", "--to", "orders:0.1of2=7", *at)
+            assert committed() == {ranged[0]: 5, ranged[1]: 7}
+            text("offsets", "delete", "hot", "--partition", "orders:0[00000000,80000000)", *at)
+            assert committed() == {ranged[1]: 7}
+            text("offsets", "delete", "hot", "--partition", "orders:0", *at)
+            assert committed() == {}
+            bad = subprocess.run([sys.executable, "-m", "regroup.cli", "offsets", "delete", "hot",
+                                  "--partition", "orders:0.2of2", *at], capture_output=True, text=True,
+                                 timeout=120)
+            said = " ".join(bad.stderr.replace("│", " ").split())  # rich wraps it in a box
+            assert bad.returncode != 0 and "key range 2 of 2 needs 0 <= R < K" in said, bad.stderr
     finally:
         assert s.terminate() == 0, s.log()

@@ -33,6 +33,7 @@ from regroup.protocol.shard import Shard
 from regroup.protocol.streams.assignment import MemberTasks
 from regroup.protocol.streams.coordinator import StreamsConfig
 from regroup.protocol.streams.records import (
+    SourceParallelismRecord,
     SourceTopicsRecord,
     StreamsCurrent,
     StreamsCurrentRecord,
@@ -128,12 +129,14 @@ def topologies(draw: st.DrawFn) -> Topology:
                           for n, sid in enumerate(ids)))
 
 
-STREAMS_KINDS = (StreamsEpochRecord, TopologyRecord, SourceTopicsRecord, StreamsMemberRecord,
-                 StreamsTargetRecord, StreamsTargetEpochRecord, StreamsCurrentRecord, StreamsOffsetRecord)
+STREAMS_KINDS = (StreamsEpochRecord, TopologyRecord, SourceTopicsRecord, SourceParallelismRecord,
+                 StreamsMemberRecord, StreamsTargetRecord, StreamsTargetEpochRecord, StreamsCurrentRecord,
+                 StreamsOffsetRecord)
 streams_records: st.SearchStrategy[StreamsRecord] = st.one_of(
     st.builds(StreamsEpochRecord, text, st.none() | st.integers(0, 2**40)),
     st.builds(TopologyRecord, text, topologies()),
     st.builds(SourceTopicsRecord, text, st.dictionaries(text, st.integers(1, 999))),
+    st.builds(SourceParallelismRecord, text, text, st.integers(1, 1024)),
     st.builds(StreamsMemberRecord, text, text, st.none() | streams_member),
     st.builds(StreamsTargetRecord, text, text, st.none() | member_tasks),
     st.builds(StreamsTargetEpochRecord, text, st.integers(0, 2**31 - 1)),
@@ -205,6 +208,7 @@ def _one_of_each() -> list[codec.AnyRecord]:
         StreamsTargetRecord("sg", "m", MemberTasks(frozenset({TaskId("count", 0, 1, 2),
                                                               TaskId("join", 0)}))),
         StreamsOffsetRecord("sg", Shard("orders", 0, 1 << 31, 1 << 32), 9, "", 4),
+        SourceParallelismRecord("sg", "clicks", 4),
     ]
 
 
@@ -244,6 +248,7 @@ def test_stored_bytes_are_pinned() -> None:
         '["sY","sg",{"count":{"parallelism":2,"topics":["orders"]},"join":["clicks"]}]',
         '["st","sg","m",[{"count":[[0,1,2]],"join":[0]},{},{}]]',
         '["sK","sg","orders",0,2147483648,4294967296,9,"",4]',
+        '["sP","sg","clicks",4]',
     ]
 
 

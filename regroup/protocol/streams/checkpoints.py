@@ -30,6 +30,13 @@ does the file copies and runs the queries):
    active. Batch ids continue from the copied version, so after a promotion they can repeat ids the
    old active used after the copy was taken: output is keyed by the batch's offset range
    (`batch_key`), which cannot repeat for different records of one task.
+6. **Offsets are compared key by key.** A task's part of a source partition split on the producer side
+   is read as *lanes*, one per open piece (`regroup.protocol.microbatch.lanes_of`), each with an
+   offset of its own and committed on its own; the coordinator keeps them as fragments and may fold
+   equal neighbours into one (`regroup.protocol.keyrange` rule 5). So the rules above compare two
+   offset maps wherever their shards' keys overlap (`_pairs`): a copy is ahead when a lane of it is
+   past any fragment over its keys, caught up when every fragment's keys are at exactly its offset.
+   For whole partitions (shards equal or disjoint) this is the comparison by shard it always was.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
+from itertools import pairwise
 
 from regroup.protocol.shard import Shard
 
@@ -53,10 +61,13 @@ __all__ = [
     "checkpoint_directory",
     "directory_owner",
     "format_record",
+    "lane_start",
     "latest_record",
+    "limit_of",
     "parse_record",
     "plan_start",
     "position_known",
+    "reached",
     "sink_on",
     "state_file_version",
 ]
@@ -164,13 +175,42 @@ def directory_owner(directory: str) -> str:
     return directory.rsplit("/", 1)[-1].split(".", 1)[0]
 
 
+def _overlap(a: Shard, b: Shard) -> bool:
+    return a.partition == b.partition and a.topic == b.topic and a.lo < b.hi and b.lo < a.hi
+
+
+def _pairs(a: Offsets, b: Offsets) -> list[tuple[int, int]]:
+    """Rule 6: ``(a's offset, b's offset)`` wherever their shards' keys overlap; a shard of ``b`` whose
+    keys ``a`` misses in part (or whole) is paired with 0 there."""
+    out: list[tuple[int, int]] = []
+    for t, o in b.items():
+        hit = [s for s in a if _overlap(s, t)]
+        out.extend((a[s], o) for s in hit)
+        if sum(min(s.hi, t.hi) - max(s.lo, t.lo) for s in hit) < t.hi - t.lo:
+            out.append((0, o))
+    return out
+
+
 def _ahead(ends: Offsets, committed: Offsets) -> bool:
-    return any(o > committed.get(s, 0) for s, o in ends.items())
+    return any(e > o for o, e in _pairs(committed, ends))
 
 
 def caught_up(ends: Offsets, committed: Offsets) -> bool:
-    """Rule 4: a copy has processed exactly up to the committed offsets (nothing committed: yes)."""
-    return all(ends.get(s, 0) == o for s, o in committed.items())
+    """Rule 4: a copy has processed exactly up to the committed offsets (nothing committed: yes),
+    key by key (rule 6)."""
+    return all(e == o for e, o in _pairs(ends, committed))
+
+
+def limit_of(limit: Offsets, shard: Shard, default: int) -> int:
+    """How far a copy may read ``shard`` (a lane) under ``limit``: the lowest offset of the limit's
+    shards over its keys (rule 6), ``default`` when none is."""
+    return min((o for s, o in limit.items() if _overlap(s, shard)), default=default)
+
+
+def reached(ends: Offsets, sink_from: Offsets) -> bool:
+    """Whether ``ends`` are at or past ``sink_from`` key by key (rule 6): a batch starting there is
+    past the commit a promoted copy took over from (`sink_on`), a batch ending there commits."""
+    return all(e >= o for e, o in _pairs(ends, sink_from))
 
 
 def position_known(batches_run: int, ends: Offsets, limit: Offsets | None) -> bool:
@@ -186,14 +226,31 @@ def sink_on(start: Offsets, sink_from: Offsets | None) -> bool:
     """Rule 5: whether a batch starting at ``start`` produces output (``sink_from`` None: a copy)."""
     if sink_from is None:
         return False
-    return all(start.get(s, 0) >= o for s, o in sink_from.items())
+    return reached(start, sink_from)
 
 
 def batch_key(task: str, start: Offsets, end: Offsets) -> str:
     """The batch's idempotency key (rule 5): the task and the offset range it covers, for example
-    ``count_3:orders/3@120-180``. Two batches of one task with the same key read the same records."""
-    shards = sorted(set(start) | set(end))
-    return task + ":" + ",".join(f"{s.topic}/{s.partition}@{start.get(s, 0)}-{end.get(s, 0)}" for s in shards)
+    ``count_3:orders/3@120-180``. Two batches of one task with the same key read the same records.
+    The lanes of a split partition (rule 6) add their keys: ``orders/3[lo-hi)@120-180``; a lane new
+    in this batch begins where the start's shard over its keys was."""
+    # A lane cut since ``start`` is named by its parts (in ``end``), not beside them.
+    shards = sorted(set(end) | {s for s in start if not any(_overlap(s, e) for e in end)})
+    laned = {(s.topic, s.partition) for s, t in pairwise(shards)
+             if (s.topic, s.partition) == (t.topic, t.partition)}
+    return task + ":" + ",".join(
+        f"{s.topic}/{s.partition}{f'[{s.lo}-{s.hi})' if (s.topic, s.partition) in laned else ''}"
+        f"@{lane_start(start, s)}-{end.get(s, 0)}" for s in shards)
+
+
+def lane_start(start: Offsets, shard: Shard) -> int:
+    """Where ``shard`` begins in a batch after ``start`` (the previous batch's ends): its own offset,
+    or — a lane cut at a split since (rule 6) — the offset of the shard of ``start`` holding its
+    keys, else 0."""
+    if shard in start:
+        return start[shard]
+    return next((o for s, o in start.items()
+                 if _overlap(s, shard) and s.lo <= shard.lo and shard.hi <= s.hi), 0)
 
 
 _VERSIONED = re.compile(r"^\.?(\d+)\.(changelog|zip|delta|snapshot)(\.crc)?$")

@@ -25,12 +25,21 @@ Rules the methods keep:
    heartbeats or reconnects first, and so is one that does not show up within a heartbeat interval
    plus the grace after a restart; a static member waits its session timeout
    (`regroup.protocol.failover`, the same rule as consumer groups').
-6. A subtopology's parallelism (its key ranges per partition, `topology` rule 4) is fixed for the
-   life of the group: a member whose topology gives a subtopology of the group's topology another
-   parallelism is refused (INVALID_REQUEST, naming both) and changes nothing — its tasks would be
-   other cuts of the keys, and the state of one cut cannot become another's. Any other topology
-   change is taken as before (the latest sent wins). To change the parallelism, delete the group
-   (which needs it empty, and drops its offsets) and start again with fresh local state.
+6. The cut of every source topic (the parallelism of the subtopology reading it: its key ranges per
+   partition, `topology` rule 4) is fixed for the life of the group: the group remembers the cut of
+   each topic any of its topologies ever read (`StreamsGroup.cuts`, durable), and a member whose
+   topology cuts one of them differently is refused (INVALID_REQUEST, naming the topic and both
+   parallelisms) and changes nothing — its tasks would be other cuts of the keys, the state of one
+   cut cannot become another's, and the holders of the old cut's tasks may still be running them.
+   It is the topic's cut that is remembered, not the subtopology's, so a topology that drops the
+   subtopology for a while and brings it back, or renames it, cannot re-cut the keys either. (The
+   committed offsets would not do as the memory: a group has tasks running before it has committed
+   anything, and an operator may delete offsets.) Any other topology change is taken as before
+   (the latest sent wins). To change the parallelism, delete the group (which needs it empty, and
+   drops its offsets) and start again with fresh local state. In defence of the same invariant
+   when the records hold another cut anyway (data written before this rule was kept), an active is
+   granted only once no other member holds an active of an overlapping key range of the same
+   partition (`_blocker`).
 """
 
 from __future__ import annotations
@@ -94,6 +103,7 @@ from regroup.protocol.streams.messages import (
 from regroup.protocol.streams.reconcile import reconcile
 from regroup.protocol.streams.records import (
     MemberStatus,
+    SourceParallelismRecord,
     SourceTopicsRecord,
     StreamsCurrent,
     StreamsCurrentRecord,
@@ -214,6 +224,9 @@ class StreamsGroups:
             out.append(StreamsEpochRecord(gid, g.epoch))
             if g.topology is not None:
                 out.append(TopologyRecord(gid, g.topology))
+            read_now = g.topology.source_topics if g.topology is not None else frozenset()
+            out.extend(SourceParallelismRecord(gid, t, k) for t, k in sorted(g.cuts.items())
+                       if t not in read_now)
             out.append(SourceTopicsRecord(gid, dict(g.source_topics)))
             out.extend(StreamsMemberRecord(gid, mid, m) for mid, m in sorted(g.members.items()))
             out.extend(StreamsTargetRecord(gid, mid, t) for mid, t in sorted(g.target.items()))
@@ -263,7 +276,7 @@ class StreamsGroups:
                     "session timed out); drop its tasks and rejoin with epoch 0")
             else:
                 check_epoch(group, req, group.current[mid])
-        if group is not None and group.topology is not None and req.topology is not None:
+        if group is not None and req.topology is not None:
             _check_cuts(group, req.topology)
         if (group is None or group.topology is None) and req.topology is None:
             raise ProtocolError(ErrorCode.INVALID_REQUEST,
@@ -517,10 +530,14 @@ class StreamsGroups:
     def _wake_waiters(self, ch: _Changes, group: StreamsGroup, released: frozenset[TaskId]) -> None:
         if not released:
             return
+        by_partition: dict[tuple[str, int], list[TaskId]] = {}
+        for r in released:
+            by_partition.setdefault((r.subtopology, r.partition), []).append(r)
         for mid, c in group.current.items():
             if c.status is MemberStatus.UNRELEASED:
                 t = group.member_target(mid)
-                if not released.isdisjoint(t.active | t.standby | t.warmup):
+                if not released.isdisjoint(t.active | t.standby | t.warmup) or _waits_for_other_cut(
+                        t.active - c.assigned.active, by_partition):
                     ch.wake.add((group.group_id, mid))
 
     def update_topics(self, topics: TopicMetadata, now: int) -> Outcome[None]:
@@ -604,8 +621,7 @@ class StreamsGroups:
     # ---------------------------------------------------------------- offsets and admin
     def _committed(self, group_id: str, shard: Shard) -> int | None:
         group = self.groups.get(group_id)
-        committed = group.offsets.get(shard) if group is not None else None
-        return None if committed is None else committed.offset
+        return None if group is None else task_offsets.committed_low(group, shard)
 
     def commit_offsets(self, req: OffsetCommitRequest, now: int) -> Outcome[Ack]:
         """An active's commit of its tasks' source offsets (`offsets` rule 1)."""
@@ -643,8 +659,12 @@ class StreamsGroups:
 
     def adopt_offsets(self, group_id: str, offsets: Mapping[Shard, CommittedOffset]) -> Outcome[None]:
         """Offsets an operator set before the group existed (kept as an empty consumer group's) become
-        this new streams group's: `regroup.protocol.coordinator` hands them over on the first join."""
+        this new streams group's: `regroup.protocol.coordinator` hands them over on the first join. A
+        whole partition of a topic the group cuts into key ranges seeds each range (`offsets` rule 5)."""
         ch = _Changes(self.groups)
+        group = self.groups.get(group_id)
+        if group is not None:
+            offsets = task_offsets.per_task(group, offsets)  # whole partitions only: no clash
         for sh, o in sorted(offsets.items()):
             ch.emit(StreamsOffsetRecord(group_id, sh, o.offset, o.metadata, o.commit_epoch))
         return ch.outcome(None)
@@ -688,18 +708,19 @@ class StreamsGroups:
 
 
 def _check_cuts(group: StreamsGroup, topology: Topology) -> None:
-    """Rule 6: a subtopology keeps the parallelism the group first had for it."""
-    assert group.topology is not None
+    """Rule 6: a source topic keeps the cut the group first read it with."""
     for sub in topology.subtopologies:
-        now = group.topology.subtopology(sub.subtopology_id)
-        if now is not None and now.parallelism != sub.parallelism:
-            raise ProtocolError(
-                ErrorCode.INVALID_REQUEST,
-                f"subtopology {sub.subtopology_id!r} of streams group {group.group_id!r} has parallelism "
-                f"{now.parallelism} (key ranges per partition), and this member declares {sub.parallelism}; "
-                "a task's state cannot be re-cut, so the parallelism cannot change while the group exists: "
-                "run every member with the group's, or stop them all, delete the group and its local "
-                "state, and start over with the new one")
+        for topic in sorted(sub.source_topics):
+            was = group.cuts.get(topic)
+            if was is not None and was != sub.parallelism:
+                raise ProtocolError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"source topic {topic!r} of streams group {group.group_id!r} has parallelism {was} "
+                    f"(key ranges per partition), and this member declares {sub.parallelism} for it "
+                    f"(subtopology {sub.subtopology_id!r}); a task's state cannot be re-cut, so a topic's "
+                    "parallelism cannot change while the group exists, even after a topology that leaves "
+                    f"the topic out: run every member with parallelism {was}, or stop them all, delete "
+                    "the group and its local state, and start over with the new one")
 
 
 def _blocker(group: StreamsGroup, mid: str) -> Callable[[TaskId, str], bool]:
@@ -710,9 +731,21 @@ def _blocker(group: StreamsGroup, mid: str) -> Callable[[TaskId, str], bool]:
             holder = group.active_holder.get(task)
             if holder is not None and holder != mid:
                 return True
+            # Rule 6's defence: another member's active of another cut of these keys.
+            for other in group.active_ranges.get((task.subtopology, task.partition), ()):
+                if other.parts != task.parts and other.overlaps(task) and group.active_holder[other] != mid:
+                    return True
         return group.held_on_process(task, pid, besides=mid)
 
     return blocked
+
+
+def _waits_for_other_cut(withheld: frozenset[TaskId],
+                         released: Mapping[tuple[str, int], list[TaskId]]) -> bool:
+    """Was one of the ``withheld`` actives waiting for a ``released`` task of another cut of its keys
+    (rule 6's defence in `_blocker`)?"""
+    return any(r.parts != w.parts and r.overlaps(w)
+               for w in withheld for r in released.get((w.subtopology, w.partition), ()))
 
 
 def _released(before: MemberTasks, after: MemberTasks) -> frozenset[TaskId]:

@@ -13,6 +13,8 @@ Rules:
    nobody committed counts as 0 behind. A key-range task (`topology` rule 4) is measured on its
    range's fragment of each partition (`TaskId.shard`): the committed offset counts the records of
    the partition's other keys too, so its lag is an upper bound of the records it has to catch up.
+   A task whose active commits lanes (a split source partition, `offsets` rule 2) is measured from
+   the lowest of them (`offsets.committed_low`), where its copies' reports stand too.
 3. Lags are per process: the members of one process share its state directory, so a process's lag
    for a task is the smallest any of its members reports.
 4. What the assignor last saw is remembered (`seen`), so that a heartbeat reporting a warm-up as

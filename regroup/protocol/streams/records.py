@@ -11,6 +11,12 @@ Committed source offsets are `StreamsOffsetRecord`s, keyed by `Shard(topic, part
 consumer-group `OffsetRecord` but a type of their own, so that replay never has to guess which kind
 of group an offset belongs to; the active of a task commits them through the normal commit path
 (`regroup.protocol.streams.offsets` says who may).
+
+How each source topic was cut into key ranges (`regroup.protocol.streams.topology` rule 4) is fixed
+for the group's life (`regroup.protocol.streams.coordinator` rule 6), so the group remembers the cut
+of every topic it ever read, also after a topology stops reading it. Replay derives it from the
+`TopologyRecord`s; a snapshot, which keeps only the current topology, writes a
+`SourceParallelismRecord` for each topic that topology no longer reads.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from regroup.protocol.streams.topology import Topology
 
 __all__ = [
     "MemberStatus",
+    "SourceParallelismRecord",
     "SourceTopicsRecord",
     "StreamsCurrent",
     "StreamsCurrentRecord",
@@ -86,6 +93,16 @@ class SourceTopicsRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class SourceParallelismRecord:
+    """Source topic ``topic`` was read cut into ``parallelism`` key ranges per partition by a topology
+    the group had before its current one (written by snapshots only: see the module's opening)."""
+
+    group_id: str
+    topic: str
+    parallelism: int
+
+
+@dataclass(frozen=True, slots=True)
 class StreamsMemberRecord:
     group_id: str
     member_id: str
@@ -129,6 +146,7 @@ StreamsRecord = (
     StreamsEpochRecord
     | TopologyRecord
     | SourceTopicsRecord
+    | SourceParallelismRecord
     | StreamsMemberRecord
     | StreamsTargetRecord
     | StreamsTargetEpochRecord

@@ -22,6 +22,7 @@ from regroup.protocol.shard import Shard
 from regroup.protocol.state import CorruptRecordError
 from regroup.protocol.streams.assignment import NO_TASKS, MemberTasks
 from regroup.protocol.streams.records import (
+    SourceParallelismRecord,
     SourceTopicsRecord,
     StreamsCurrent,
     StreamsCurrentRecord,
@@ -77,6 +78,21 @@ class StreamsGroup:
     active_holder: dict[TaskId, str] = field(default_factory=dict)
     #: Task -> every member holding it in any role (assigned or pending revocation).
     holders: dict[TaskId, set[str]] = field(default_factory=dict)
+    #: (subtopology, partition) -> its tasks held active (assigned or pending revocation): an active
+    #: of another cut of the same keys is not granted beside them (`coordinator` rule 6).
+    active_ranges: dict[tuple[str, int], set[TaskId]] = field(default_factory=dict)
+    #: Source topic -> the key ranges per partition the group reads it in: the cut of every topic
+    #: any of its topologies ever read, which cannot change while the group exists (`coordinator`
+    #: rule 6). From the `TopologyRecord`s, and the `SourceParallelismRecord`s of a snapshot.
+    cuts: dict[str, int] = field(default_factory=dict)
+    #: (topic, partition) -> the shards committed of it (tasks' parts, and lanes of them).
+    offset_parts: dict[tuple[str, int], set[Shard]] = field(default_factory=dict)
+
+    def offsets_overlapping(self, shard: Shard) -> dict[Shard, CommittedOffset]:
+        """The committed offsets of ``shard``'s partition whose keys overlap it: a task's own, and
+        the lanes of it that its active committed on their own (`offsets` rule 2)."""
+        parts = self.offset_parts.get((shard.topic, shard.partition), ())
+        return {s: self.offsets[s] for s in sorted(parts) if s.lo < shard.hi and shard.lo < s.hi}
 
     def member_target(self, member_id: str) -> MemberTasks:
         return self.target.get(member_id, NO_TASKS)
@@ -138,6 +154,13 @@ def replay(records: Iterable[StreamsRecord]) -> dict[str, StreamsGroup]:
 
 def _apply_topology(group: StreamsGroup, r: TopologyRecord) -> None:
     group.topology = r.topology
+    for sub in r.topology.subtopologies:
+        # The latest wins: data written before rule 6 was kept may hold a changed cut, and must replay.
+        group.cuts.update(dict.fromkeys(sub.source_topics, sub.parallelism))
+
+
+def _apply_source_parallelism(group: StreamsGroup, r: SourceParallelismRecord) -> None:
+    group.cuts[r.topic] = r.parallelism
 
 
 def _apply_source_topics(group: StreamsGroup, r: SourceTopicsRecord) -> None:
@@ -181,6 +204,7 @@ def _apply_current(group: StreamsGroup, r: StreamsCurrentRecord) -> None:
         for t in h.active:
             if group.active_holder.get(t) == mid:
                 del group.active_holder[t]
+                _discard_active_range(group, t)
         for t in h.active | h.standby | h.warmup:
             members = group.holders.get(t)
             if members is not None:
@@ -196,19 +220,37 @@ def _apply_current(group: StreamsGroup, r: StreamsCurrentRecord) -> None:
     h = held(r.current)
     for t in h.active:
         group.active_holder[t] = mid
+        group.active_ranges.setdefault((t.subtopology, t.partition), set()).add(t)
     for t in h.active | h.standby | h.warmup:
         group.holders.setdefault(t, set()).add(mid)
 
 
+def _discard_active_range(group: StreamsGroup, task: TaskId) -> None:
+    key = (task.subtopology, task.partition)
+    tasks = group.active_ranges.get(key)
+    if tasks is not None:
+        tasks.discard(task)
+        if not tasks:
+            del group.active_ranges[key]
+
+
 def _apply_offset(group: StreamsGroup, r: StreamsOffsetRecord) -> None:
+    key = (r.shard.topic, r.shard.partition)
     if r.offset is None:
         group.offsets.pop(r.shard, None)
+        parts = group.offset_parts.get(key)
+        if parts is not None:
+            parts.discard(r.shard)
+            if not parts:
+                del group.offset_parts[key]
     else:
         group.offsets[r.shard] = CommittedOffset(r.offset, r.metadata, r.commit_epoch)
+        group.offset_parts.setdefault(key, set()).add(r.shard)
 
 
 _APPLIERS: dict[type, Callable[[StreamsGroup, Any], None]] = {
     TopologyRecord: _apply_topology,
+    SourceParallelismRecord: _apply_source_parallelism,
     SourceTopicsRecord: _apply_source_topics,
     StreamsMemberRecord: _apply_member,
     StreamsTargetRecord: _apply_target,

@@ -82,6 +82,14 @@ class TaskId(NamedTuple):
         """The ``[lo, hi)`` of the key space this task's records fall in (all of it at 1 part)."""
         return ranges(self.parts)[self.part]
 
+    def overlaps(self, other: TaskId) -> bool:
+        """Do the two tasks read some of the same keys: the same partition of the same subtopology,
+        with key ranges that intersect (itself, or a range of another cut of it)?"""
+        if (self.subtopology, self.partition) != (other.subtopology, other.partition):
+            return False
+        (lo, hi), (other_lo, other_hi) = self.key_range, other.key_range
+        return lo < other_hi and other_lo < hi
+
     @property
     def changelog_partition(self) -> int:
         """The one partition per task of the subtopology's tasks (its changelog's, its checkpoints'):
@@ -121,6 +129,18 @@ def task_of_shard(subtopology: str, parallelism: int, shard: Shard) -> TaskId | 
     for r, (lo, hi) in enumerate(ranges(parallelism)):
         if (shard.lo, shard.hi) == (lo, hi):
             return TaskId(subtopology, shard.partition, r, parallelism)
+    return None
+
+
+def task_holding(subtopology: str, parallelism: int, shard: Shard) -> TaskId | None:
+    """The task of a subtopology cut ``parallelism`` ways whose part of ``shard``'s partition holds
+    every key of ``shard``: its own part (`task_of_shard`), or a *lane* of it — the part of the task's
+    range in one open piece of a partition split on the producer side, which the member reads and
+    commits on its own (`regroup.protocol.streams.offsets` rule 2). None when no task's range holds it."""
+    for r, (lo, hi) in enumerate(ranges(parallelism)):
+        if lo <= shard.lo and shard.hi <= hi:
+            return TaskId(subtopology, shard.partition) if parallelism == 1 else \
+                TaskId(subtopology, shard.partition, r, parallelism)
     return None
 
 

@@ -42,6 +42,12 @@ is on, which checkpoint is of record):
    partition and keeps the records of its keys (`regroup.spark.read.read_range`, the consumer-group
    source's filter), its offsets and commits are its range's, its checkpoint directory is named
    ``tasks/sub_3.1of4/...`` (a whole-partition task's stays ``tasks/sub_3/...``).
+10. A source partition split on the producer side (`regroup.log.embedded.layout`) is read as *lanes*,
+   one per open piece the task's keys lie in (`regroup.spark.tasks.source`): the query's offsets,
+   its commits (fragments of the task's part, `regroup.protocol.streams.offsets` rule 2) and its
+   copies' limits are per lane, compared key by key with the committed fragments
+   (`regroup.protocol.streams.checkpoints` rule 6). A task starting from committed lanes starts its
+   query at each of them; the task's reported position is its lowest lane, per source partition.
 """
 
 from __future__ import annotations
@@ -77,6 +83,7 @@ from regroup.protocol.streams.checkpoints import (
     latest_record,
     plan_start,
     position_known,
+    reached,
     sink_on,
 )
 from regroup.protocol.streams.member import LostTasks, StartTasks, StopTasks, StreamsMemberStateMachine
@@ -392,8 +399,7 @@ class StreamsPipeline:
             # query the lineage's, not the copied batch's end.
             begin = lineage_begin(self.root / directory, batch) or at
         else:
-            at = {s: 0 for s in sources}
-            at.update(plan.begin or {})
+            at = _lanes_at(sources, plan.begin or {})
             begin = at
         self.starts[f"{plan.how.value} {role}"] += 1
         self._prune(task, keep={directory, record.directory if record else ""})
@@ -401,7 +407,7 @@ class StreamsPipeline:
                        begin=begin, ends=dict(at),
                        limit=None if role == ACTIVE else dict(committed),
                        sink_from=dict(committed) if role == ACTIVE else None)
-        if role == ACTIVE and any(at.get(s, 0) < o for s, o in committed.items()):
+        if role == ACTIVE and not reached(at, committed):
             q.limit = dict(committed)  # behind the commit (a crash's unfinished batch): catch up first
         with self._lock:
             self._queries[task] = q
@@ -436,8 +442,7 @@ class StreamsPipeline:
                     raise TaskFencedError(f"task {q.task} is no longer held by this member")
                 active = q.role == ACTIVE
                 output = active and sink_on(start, q.sink_from)
-                commit = active and q.sink_from is not None and all(
-                    end.get(s, 0) >= o for s, o in q.sink_from.items())
+                commit = active and q.sink_from is not None and reached(end, q.sink_from)
             if output:
                 cached = df.persist()
                 try:
@@ -593,8 +598,8 @@ class StreamsPipeline:
 
     def _task_offsets(self) -> dict[TaskId, dict[Shard, int]]:
         with self._lock:
-            out = {t: dict(o) for t, o in self._dormant.items()}
-            out.update({t: dict(q.ends) for t, q in self._queries.items() if _has_state(q)})
+            out = {t: _per_source(t, o) for t, o in self._dormant.items()}
+            out.update({t: _per_source(t, q.ends) for t, q in self._queries.items() if _has_state(q)})
             return out
 
     # ---------------------------------------------------------------- helpers
@@ -602,8 +607,9 @@ class StreamsPipeline:
         assert self.membership is not None
         shards = {t.shard(topic): t for t in tasks for topic in self._sources(t)}
         committed = self.membership.fetch_committed_with_metadata(shards)
-        for t in tasks:
-            mine = {s: c for s, c in committed.items() if shards[s] == t}
+        for t in tasks:  # the task's part of each source partition, or its lanes (rule 10)
+            own = [sh for sh, task in shards.items() if task == t]
+            mine = {s: c for s, c in committed.items() if any(_inside(s, o) for o in own)}
             self._committed[t] = ({s: o for s, (o, _) in mine.items()},
                                   latest_record([m for _, m in mine.values()]))
 
@@ -668,6 +674,38 @@ class StreamsPipeline:
                 ends = batch_ends(d, done) if done is not None else None
                 if ends:
                     self._dormant[task] = ends
+
+
+def _inside(part: Shard, shard: Shard) -> bool:
+    return (part.topic, part.partition) == (shard.topic, shard.partition) and shard.lo <= part.lo \
+        and part.hi <= shard.hi
+
+
+def _lanes_at(sources: set[Shard], committed: Mapping[Shard, int]) -> dict[Shard, int]:
+    """Where a fresh query begins: each source part at its committed offset, or at its committed
+    lanes (rule 10), and from the log's start where nothing is committed."""
+    out: dict[Shard, int] = {}
+    for src in sorted(sources):
+        parts = sorted((f for f in committed if _inside(f, src)), key=lambda f: f.lo)
+        at = src.lo
+        for f in parts:
+            if at < f.lo:
+                out[Shard(src.topic, src.partition, at, f.lo)] = 0
+            out[f] = committed[f]
+            at = f.hi
+        if at < src.hi:
+            out[src if at == src.lo else Shard(src.topic, src.partition, at, src.hi)] = 0
+    return out
+
+
+def _per_source(task: TaskId, offsets: Mapping[Shard, int]) -> dict[Shard, int]:
+    """A task's position as the coordinator measures it (rule 10): per source part, its lowest lane."""
+    out: dict[Shard, int] = {}
+    for s, o in offsets.items():
+        own = task.shard(s.topic)
+        key = own if _inside(s, own) else s
+        out[key] = min(o, out.get(key, o))
+    return out
 
 
 def _has_state(q: _TaskQuery) -> bool:

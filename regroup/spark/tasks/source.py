@@ -4,6 +4,14 @@ topic of its subtopology, from given offsets, as far as the member's `Control` a
 It holds no membership: the application's member (`regroup.spark.tasks.pipeline`) decides when the
 query runs, how far it may read and when it must stop, and commits at the coordinator. The offset
 Spark checkpoints is ``{"v": 1, "ends": {"topic:partition": offset}}``.
+
+A source partition split on the producer side (`regroup.log.embedded.layout`) is read as *lanes*, as
+the consumer-group source reads it: the task's part cut at the open pieces' boundaries
+(`microbatch.lanes_of`), each lane a key of the offset (``topic:partition:lo-hi``), planned up to
+its own piece's end (`microbatch.lane_ends`) and never past the member's limit for its keys
+(`checkpoints.limit_of`). A split cuts a lane at the next plan, each part beginning where the lane
+was (`checkpoints.lane_start`, so the checkpoint alone says where); lanes are never joined again
+(after a merge, each reads the merged piece's records of its own keys).
 """
 
 from __future__ import annotations
@@ -16,8 +24,19 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from regroup.protocol.microbatch import ShardRange, parse_shard_key, shard_key, split_ranges
+from regroup.log.embedded import EmbeddedLog
+from regroup.protocol.microbatch import (
+    WHOLE,
+    PieceEnds,
+    ShardRange,
+    lane_ends,
+    lanes_of,
+    parse_shard_key,
+    shard_key,
+    split_ranges,
+)
 from regroup.protocol.shard import Shard
+from regroup.protocol.streams.checkpoints import lane_start, limit_of
 from regroup.spark.read import SPARK_SCHEMA_DDL, read_range
 from regroup.spark.source import RangePartition
 from regroup.spark.tasks.control import read_control, write_ack
@@ -76,18 +95,31 @@ class TaskStreamReader(DataSourceStreamReader):
 
             self._log = open_log(self.log_spec)
         ends: dict[Shard, int] = {}
+        pieces = self._piece_ends(sorted({s.partition_key for s in current}))
         for shard, at in current.items():
-            end = self._log.end_offsets(shard.topic).get(shard.partition, at)
-            if control.limit is not None:
-                end = min(end, control.limit.get(shard, at))
-            if self.max_records is not None:
-                end = min(end, at + self.max_records)
-            ends[shard] = max(at, end)
+            for lane in lanes_of(shard, tuple(sorted(pieces[shard.partition_key]))):
+                end = lane_ends([lane], pieces).get(lane, at)
+                if control.limit is not None:
+                    end = min(end, limit_of(control.limit, lane, at))
+                if self.max_records is not None:
+                    end = min(end, at + self.max_records)
+                ends[lane] = max(at, end)
         return task_offset(ends, self.begin)
+
+    def _piece_ends(self, parts: list[tuple[str, int]]) -> dict[tuple[str, int], PieceEnds]:
+        """Each partition's open pieces and where each ends (a log without pieces: one, its end)."""
+        if isinstance(self._log, EmbeddedLog):
+            return {pk: self._log.piece_ends(*pk) for pk in parts}
+        out: dict[tuple[str, int], PieceEnds] = {}
+        for topic in sorted({t for t, _ in parts}):
+            ends = self._log.end_offsets(topic)
+            out.update(((t, p), {WHOLE[0]: ends.get(p, 0)}) for t, p in parts if t == topic)
+        return out
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         begin, finish = task_offset_ends(start), task_offset_ends(end)
-        ranges = [ShardRange(s, begin.get(s, 0), e) for s, e in sorted(finish.items()) if e > begin.get(s, 0)]
+        ranges = [ShardRange(s, lane_start(begin, s), e) for s, e in sorted(finish.items())
+                  if e > lane_start(begin, s)]
         return [RangePartition(self.log_spec, r) for r in split_ranges(ranges, self.max_split)]
 
     def commit(self, end: dict[str, Any]) -> None:

@@ -10,12 +10,18 @@ import pytest
 from regroup.protocol.coordinator import Coordinator
 from regroup.protocol.errors import ErrorCode, ProtocolError
 from regroup.protocol.keyrange import ranges
-from regroup.protocol.messages import OffsetCommitRequest, OffsetFetchRequest
+from regroup.protocol.messages import (
+    CommittedOffset,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    OffsetResetRequest,
+)
 from regroup.protocol.shard import KEY_SPACE, Shard
 from regroup.protocol.streams.assignment import MemberTasks
 from regroup.protocol.streams.coordinator import StreamsConfig
-from regroup.protocol.streams.messages import StreamsHeartbeatRequest
-from regroup.protocol.streams.state import replay
+from regroup.protocol.streams.messages import LEAVE_EPOCH, StreamsHeartbeatRequest
+from regroup.protocol.streams.records import SourceParallelismRecord, TopologyRecord
+from regroup.protocol.streams.state import StreamsGroup, held, replay
 from regroup.protocol.streams.topology import (
     Subtopology,
     TaskId,
@@ -144,7 +150,8 @@ def test_a_member_declaring_another_parallelism_is_refused_and_changes_nothing()
     other = Topology.of({"s": [TOPIC]}, parallelism={"s": 2})
     resp = d.sg.heartbeat(_join("b", other), d.now)
     assert resp.response.error is ErrorCode.INVALID_REQUEST and not resp.records
-    assert "has parallelism 4" in resp.response.message and "declares 2" in resp.response.message
+    assert "source topic 'in' of streams group 'g' has parallelism 4" in resp.response.message
+    assert "this member declares 2 for it (subtopology 's')" in resp.response.message
     whole = d.sg.heartbeat(_join("b", Topology.of({"s": [TOPIC]})), d.now)
     assert whole.response.error is ErrorCode.INVALID_REQUEST
     assert len(d.records) == before and d.group().topology == HOT
@@ -181,3 +188,100 @@ def test_range_tasks_replay_from_the_records_and_the_snapshot() -> None:
     d.restart_coordinator()
     assert d.group().current == live.current
     assert MemberTasks() != live.current["a"].assigned
+
+
+CUT_2 = Topology.of({"s": [TOPIC]}, parallelism={"s": 2})
+
+
+def _overlapping_actives(group: StreamsGroup) -> list[tuple[str, str]]:
+    """Pairs of tasks held active (assigned or pending revocation) by two members that read some of
+    the same keys: what rule 6 never lets happen."""
+    actives = [(t, mid) for mid, c in sorted(group.current.items()) for t in sorted(held(c).active)]
+    return [(f"{t}@{m}", f"{u}@{n}") for i, (t, m) in enumerate(actives) for u, n in actives[i + 1:]
+            if m != n and t.overlaps(u)]
+
+
+def test_a_topology_without_the_subtopology_does_not_open_the_way_to_another_cut() -> None:
+    """The review's bypass: a declares s at K=4 (and runs its four ranges), b's topology leaves s out
+    (the latest topology wins), then c declares s at K=2 — its tasks would be other cuts of the keys a
+    still runs. The topic's cut is remembered for the group's life: c is refused, naming the topic
+    and both parallelisms, also after a restart from the records or from a snapshot (which no longer
+    has s in its topology), and so is a rename of the subtopology at another cut."""
+    c = Coordinator(topics=TopicMetadata({TOPIC: 1, "x": 1}))
+    records = list(c.streams_heartbeat(_join("a", HOT), 0).records)
+    assert len(c.streams.groups[GROUP].current["a"].assigned.active) == 4
+    without = c.streams_heartbeat(_join("b", Topology.of({"other": ["x"]})), 1)
+    assert without.response.error is ErrorCode.NONE
+    assert c.streams.groups[GROUP].topology == Topology.of({"other": ["x"]})
+    records += without.records
+    restarted = {"live": c, "records": Coordinator.recover(records, 2, topics=c.topics),
+                 "snapshot": Coordinator.recover(c.snapshot(), 2, topics=c.topics)}
+    assert SourceParallelismRecord(GROUP, TOPIC, 4) in c.snapshot()
+    for how, coord in restarted.items():
+        assert coord.streams.groups[GROUP].cuts == {TOPIC: 4, "x": 1}, how
+        for other in (CUT_2, Topology.of({"t": [TOPIC]}), Topology.of({"t": [TOPIC]}, parallelism={"t": 8})):
+            out = coord.streams_heartbeat(_join("c", other), 3)
+            assert out.response.error is ErrorCode.INVALID_REQUEST and not out.records, how
+            assert "source topic 'in' of streams group 'g' has parallelism 4" in out.response.message
+            sub = other.subtopologies[0]
+            assert f"declares {sub.parallelism} for it (subtopology {sub.subtopology_id!r})" \
+                in out.response.message, how
+        assert coord.streams_heartbeat(_join("c", HOT), 3).response.error is ErrorCode.NONE, how
+        assert not _overlapping_actives(coord.streams.groups[GROUP]), how
+
+
+def test_no_active_is_granted_beside_an_active_of_another_cut_of_its_keys() -> None:
+    """Defence in depth: records written before rule 6 was kept may hold a changed cut. Then b's
+    range of the new cut is withheld until a has released every range of the old cut it overlaps,
+    and b is woken when a does."""
+    d = Deployment(partitions=1, topology=HOT)
+    a = d.join("a", "P1")
+    assert len(a.owned.active) == 4
+    d.records.append(TopologyRecord(GROUP, CUT_2))  # old data: K went 4 -> 2 through the bypass
+    d.restart_coordinator()
+    d.topology = CUT_2
+    d.join("b", "P2")
+    for _ in range(10):
+        for mid in ("b", "a"):
+            d.heartbeat(mid)
+            assert not _overlapping_actives(d.group()), _overlapping_actives(d.group())
+    assert sorted(d.actives().values()) == ["a", "b"]
+    assert set(d.actives()) == {TaskId("s", 0, 0, 2), TaskId("s", 0, 1, 2)}
+    # b waited, and was woken by a's release of the old cut, not left to its next heartbeat.
+    assert any(o.response.member_id == "a" and (GROUP, "b") in o.wake for o in d.outcomes)
+
+
+def test_a_reset_of_a_whole_partition_sets_every_range_of_it() -> None:
+    """The review's silent no-op: on a group cutting ``in`` into 4, an operator's reset of ``in:0``
+    sets each of the four ranges (replacing what the tasks committed); a range named beside its whole
+    partition is refused; a deletion of ``in:0`` deletes every range's offset."""
+    c = Coordinator(topics=TopicMetadata({TOPIC: 1}))
+    c.streams_heartbeat(_join("a", HOT), 0)
+    epoch = c.streams.groups[GROUP].current["a"].epoch
+    mine = TaskId("s", 0, 1, 4).shard(TOPIC)
+    assert c.commit_offsets(OffsetCommitRequest(GROUP, "a", epoch, {mine: 5}), 0).response.ok
+    c.streams_heartbeat(StreamsHeartbeatRequest(GROUP, "a", LEAVE_EPOCH), 1)
+    reset = c.reset_offsets(OffsetResetRequest(GROUP, {Shard(TOPIC, 0): 2}), 2)
+    assert reset.response.ok
+    everything = c.fetch_offsets(OffsetFetchRequest(GROUP, "", -1, None)).offsets
+    assert {s: o.offset for s, o in everything.items()} == {
+        TaskId("s", 0, r, 4).shard(TOPIC): 2 for r in range(4)}
+    both = c.reset_offsets(OffsetResetRequest(GROUP, {Shard(TOPIC, 0): 0, mine: 9}), 3).response
+    assert both.error is ErrorCode.INVALID_REQUEST and "cuts into 4 key ranges" in both.message
+    assert c.fetch_offsets(OffsetFetchRequest(GROUP, "", -1, None)).offsets == everything
+    assert c.delete_offsets(GROUP, (Shard(TOPIC, 0),)).response.ok
+    assert c.fetch_offsets(OffsetFetchRequest(GROUP, "", -1, None)).offsets == {}
+
+
+def test_offsets_set_before_the_group_existed_seed_every_range() -> None:
+    """An operator's offsets for a group id nobody used yet are kept per whole partition (an empty
+    consumer group's); the streams group that takes the id over cuts ``in`` into 4, so each range
+    task resumes there."""
+    c = Coordinator(topics=TopicMetadata({TOPIC: 1}))
+    assert c.reset_offsets(OffsetResetRequest(GROUP, {Shard(TOPIC, 0): 70}, "m"), 0).response.ok
+    c.streams_heartbeat(_join("a", HOT), 1)
+    epoch = c.streams.groups[GROUP].current["a"].epoch
+    shards = tuple(TaskId("s", 0, r, 4).shard(TOPIC) for r in range(4))
+    got = c.fetch_offsets(OffsetFetchRequest(GROUP, "a", epoch, shards)).offsets
+    assert got == {s: CommittedOffset(70, "m", -1) for s in shards}
+    assert Shard(TOPIC, 0) not in c.fetch_offsets(OffsetFetchRequest(GROUP, "", -1, None)).offsets
