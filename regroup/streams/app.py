@@ -8,8 +8,9 @@ Rules of this module (the shell: it carries out what `regroup.protocol.streams.m
    never stopped in the middle of one.
 2. An active task processes a batch, then makes it durable in this order: outputs produced, state
    flushed (changes then a COMMIT marker to the changelog, then the local file), then one offset
-   commit for every active task with metadata naming each task's COMMIT; only once the coordinator
-   accepted it is each COMMIT confirmed. A crash anywhere in between leaves a COMMIT nobody
+   commit for every active task with metadata naming each task's COMMIT (several when one metadata
+   string cannot name them all, each request with its own tasks' offsets); only once the coordinator
+   accepted a task's request is its COMMIT confirmed. A crash anywhere in between leaves a COMMIT nobody
    accepted: the next active resumes from the last accepted one (`regroup.streams.changelog`), and
    the records after it are processed again.
 3. Starting an active: read the committed offsets and their metadata, take the store over from the
@@ -31,7 +32,8 @@ Rules of this module (the shell: it carries out what `regroup.protocol.streams.m
    reads its partition of each source topic and keeps only the records whose key hash
    (`regroup.protocol.keyrange.key_hash`, the consumer's) falls in its range; its position moves past
    the others' keys too. It commits its range of each partition (`TaskId.shard`), its store writes
-   changelog partition ``partition * K + range``. Every key is in exactly one task, so each key's
+   changelog partition ``partition * K + range`` (a file of that number that another K's task left
+   is rebuilt, not used: `regroup.streams.store` rule 6). Every key is in exactly one task, so each key's
    records are processed in offset order by one task at a time. Two range tasks of one partition on
    one member each read the partition (the cost of key ranges, as for consumers).
 8. A source partition split on the producer side (`regroup.log.embedded.layout`) is read as the
@@ -71,7 +73,7 @@ from regroup.protocol.streams.assignment import MemberTasks
 from regroup.protocol.streams.member import LostTasks, StartTasks, StopTasks, StreamsMemberStateMachine
 from regroup.protocol.streams.topology import TaskId, Topology
 from regroup.rpc.client import CoordinatorClient
-from regroup.streams.changelog import changelog_topic, format_commit_metadata, resume_point
+from regroup.streams.changelog import changelog_topic, resume_point, split_commit_metadata
 from regroup.streams.errors import StateStoreError
 from regroup.streams.store import TaskStore
 
@@ -361,25 +363,36 @@ class StreamsApp:
         """Rule 2 for every active task with new work (all of them when ``final``)."""
         assert self.membership is not None
         flushed: dict[TaskId, int] = {}
-        offsets: dict[Shard, int] = {}
+        offsets: dict[TaskId, dict[Shard, int]] = {}
         for t, active in sorted(self._actives.items()):
             if not (active.dirty or final):
                 continue
             active.written |= self._produce(active.context)
             flushed[t] = active.context.store.flush(active.positions)
-            offsets.update(active.offsets())
+            offsets[t] = active.offsets()
             active.dirty = False
-        if not flushed:
-            return
-        try:
-            self.membership.commit(offsets, format_commit_metadata(flushed))
-        except CommitFailedError as e:
-            # Not accepted: the COMMITs stay unconfirmed, and the coordinator will tell us why
-            # (fenced: LostTasks). The records are processed again by whoever resumes.
-            log.warning("offset commit refused: %s", e)
-            return
-        for t, offset in flushed.items():
-            self._actives[t].context.store.confirm(offset)
+        # More tasks than one metadata string can name (the coordinator's limit, ~150 range tasks)
+        # go in several requests. Safe in any partial outcome because (a) each request carries every
+        # lane of each of its tasks with the string naming exactly those tasks' COMMITs, and the
+        # coordinator accepts a request whole or not at all: a task's committed offsets and the
+        # COMMIT its metadata names always come from one flush, which is what a take-over checks
+        # (`TaskStore.become_active` compares that COMMIT's source offsets with the committed ones);
+        # (b) a task is confirmed only after its own request was accepted, so a COMMIT the
+        # coordinator never saw is never made final; (c) every COMMIT was written (flush) before any
+        # request: a task whose request is refused or never sent is exactly where one failed commit
+        # leaves it — its COMMIT unconfirmed, voided by the next active's BEGIN, its records
+        # processed again. After a refusal the rest are not sent (the cause, a fence or the
+        # coordinator out of reach, refuses them too); they are committed with the next batch.
+        for tasks, metadata in split_commit_metadata(flushed):
+            try:
+                self.membership.commit({s: o for t in tasks for s, o in offsets[t].items()}, metadata)
+            except CommitFailedError as e:
+                # Not accepted: the COMMITs stay unconfirmed, and the coordinator will tell us why
+                # (fenced: LostTasks). The records are processed again by whoever resumes.
+                log.warning("offset commit of %d task(s) refused: %s", len(tasks), e)
+                return
+            for t in tasks:
+                self._actives[t].context.store.confirm(flushed[t])
 
     def _produce(self, context: TaskContext) -> set[tuple[str, int]]:
         by_target: dict[tuple[str, int], list[LogRecord]] = {}

@@ -47,9 +47,11 @@ state at the *committed* source offsets. Rules:
    is neither atomic nor contiguous: its offset must be known exactly.
 7. Commit metadata. After a flush the member commits the task's source offsets to the coordinator
    with metadata naming the COMMIT's changelog offset (`format_commit_metadata`; one string may name
-   several tasks, since a commit request carries one string for all its offsets). A new active reads
-   it back (`resume_point`) and passes it to ``TaskStore.become_active``. Empty metadata (no commit,
-   or an operator's reset) means "start from empty state".
+   several tasks, since a commit request carries one string for all its offsets; more tasks than
+   one string under the coordinator's limit can name are committed in several requests, each
+   carrying its tasks' offsets with the string naming their COMMITs: `split_commit_metadata`). A
+   new active reads it back (`resume_point`) and passes it to ``TaskStore.become_active``. Empty
+   metadata (no commit, or an operator's reset) means "start from empty state".
 8. The changelog must not be compacted or expire records: compaction keeps the last record of a
    key even when it belongs to a void segment, and expiry loses history a fresh copy needs. The
    embedded log does neither; a Kafka changelog needs ``cleanup.policy=delete`` and
@@ -89,6 +91,7 @@ __all__ = [
     "parse_commit_metadata",
     "resume_point",
     "source_offsets_of",
+    "split_commit_metadata",
 ]
 
 #: Header of a change record: the decimal offset of its writer's BEGIN (rule 3).
@@ -247,30 +250,56 @@ def source_offsets_of(commit_value: bytes) -> dict[str, int]:
 # ------------------------------------------------------------------------------ commit metadata
 
 
+def _metadata_entry(task: object, offset: object) -> list[str | int]:
+    if not (isinstance(task, tuple) and len(task) in (2, 4) and isinstance(task[0], str)
+            and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in task[1:])):
+        raise ValueError(f"commit metadata is keyed by TaskId(subtopology, partition), got {task!r}")
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise ValueError(f"the COMMIT offset of task {task} must be an int >= 0, got {offset!r}")
+    # A key-range task adds its range and parallelism; a whole partition's entry is as it was.
+    parts = task[3] if len(task) == 4 else 1
+    return [task[0], task[1], offset] if parts == 1 else [task[0], task[1], offset, task[2], parts]
+
+
+def _limit(max_length: int | None) -> int:
+    return CoordinatorConfig().max_offset_metadata_length if max_length is None else max_length
+
+
 def format_commit_metadata(commits: Mapping[TaskId, int], max_length: int | None = None) -> str:
     """The offset-commit metadata naming, per task, the changelog offset of its COMMIT (rule 7).
 
     ``max_length`` defaults to the coordinator's default limit; a longer string raises ValueError
-    (commit those tasks in separate requests).
+    (commit those tasks in separate requests: `split_commit_metadata`).
     """
-    entries: list[list[str | int]] = []
-    for task, offset in commits.items():
-        if not (isinstance(task, tuple) and len(task) in (2, 4) and isinstance(task[0], str)
-                and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in task[1:])):
-            raise ValueError(f"commit metadata is keyed by TaskId(subtopology, partition), got {task!r}")
-        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-            raise ValueError(f"the COMMIT offset of task {task} must be an int >= 0, got {offset!r}")
-        # A key-range task adds its range and parallelism; a whole partition's entry is as it was.
-        parts = task[3] if len(task) == 4 else 1
-        entries.append([task[0], task[1], offset] if parts == 1
-                       else [task[0], task[1], offset, task[2], parts])
-    entries.sort()
+    entries = sorted(_metadata_entry(task, offset) for task, offset in commits.items())
     text = METADATA_PREFIX + json.dumps(entries, separators=(",", ":"))
-    limit = CoordinatorConfig().max_offset_metadata_length if max_length is None else max_length
+    limit = _limit(max_length)
     if len(text) > limit:
         raise ValueError(f"the commit metadata for {len(entries)} tasks is {len(text)} characters, over "
                          f"the limit of {limit}; commit fewer tasks per request")
     return text
+
+
+def split_commit_metadata(commits: Mapping[TaskId, int],
+                          max_length: int | None = None) -> list[tuple[list[TaskId], str]]:
+    """``commits`` cut into as few groups of tasks as fit, each with its metadata under ``max_length``
+    (`format_commit_metadata`'s limit): one offset-commit request per group, carrying the source
+    offsets of exactly its tasks (rule 7: a task's offsets and the COMMIT they name travel together).
+    Tasks in key order; ValueError if one task's entry alone is over the limit."""
+    limit = _limit(max_length)
+    # The text is PREFIX + "[" + entries joined by "," + "]": its length is known entry by entry.
+    sized = sorted((_metadata_entry(task, offset), task) for task, offset in commits.items())
+    groups: list[list[TaskId]] = []
+    length = 0
+    for entry, task in sized:
+        size = len(json.dumps(entry, separators=(",", ":")))
+        if groups and length + 1 + size <= limit:
+            groups[-1].append(task)
+            length += 1 + size
+        else:
+            groups.append([task])
+            length = len(METADATA_PREFIX) + 2 + size
+    return [(tasks, format_commit_metadata({t: commits[t] for t in tasks}, limit)) for tasks in groups]
 
 
 def parse_commit_metadata(metadata: str) -> dict[TaskId, int]:

@@ -21,6 +21,9 @@ Rules of this module:
 4. Every change of state happens inside `transaction()`; the checkpoint row (position, generation)
    is written by the transaction's commit, so it can never disagree with the tables.
 5. Not thread-safe: a task copy is driven by one thread at a time.
+6. The file records the name of the task whose state it holds (``meta``), written when the file is
+   created: the file's name (the changelog partition) alone does not say which cut of the
+   subtopology wrote it. Files written before it was recorded have none (`task` is None).
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ CREATE TABLE IF NOT EXISTS segments (
     commit_offset INTEGER PRIMARY KEY, marker BLOB NOT NULL, state INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS undo (
     seg INTEGER NOT NULL, key BLOB NOT NULL, value BLOB, PRIMARY KEY (seg, key)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 """
 
 
@@ -64,10 +68,15 @@ def _locked(e: sqlite3.OperationalError) -> bool:
 class LocalState:
     """The SQLite file of one task copy (see the module rules)."""
 
-    def __init__(self, path: Path, topic: str, partition: int, *, check_integrity: bool = False) -> None:
+    def __init__(self, path: Path, topic: str, partition: int, *, task: str | None = None,
+                 check_integrity: bool = False) -> None:
         self.path = path
         self.topic = topic
         self.partition = partition
+        #: The task whose state the file holds, as written in it (a new file gets ``task``); None for
+        #: a file written before the task was recorded (before key-range tasks existed).
+        self.task: str | None = None
+        self._new_task = task
         #: Why the file was wiped when it was opened (None: it was not).
         self.wiped: str | None = None
         #: Next changelog offset to read, and the generation (BEGIN offset, epoch) followed there.
@@ -117,6 +126,8 @@ class LocalState:
             if row is None:
                 conn.execute("INSERT INTO checkpoint VALUES (0, ?, ?, 0, -1, -1)",
                              (self.topic, self.partition))
+                if self._new_task is not None:
+                    conn.execute("INSERT INTO meta VALUES ('task', ?)", (self._new_task,))
             elif (row[0], row[1]) != (self.topic, self.partition):
                 raise StateStoreError(
                     f"the state file {self.path} holds the state of changelog {row[0]}/{row[1]}, not "
@@ -128,12 +139,17 @@ class LocalState:
             conn.close()
             raise
         self._conn = conn
+        self._load_task()
         self._load_chain()
         return conn
 
     def _remove_files(self) -> None:
         for suffix in ("", "-wal", "-shm", "-journal"):
             Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+
+    def _load_task(self) -> None:
+        row = self._conn.execute("SELECT value FROM meta WHERE name = 'task'").fetchone()
+        self.task = None if row is None else str(row[0])
 
     def _load_chain(self) -> None:
         row = self._conn.execute(
@@ -197,6 +213,7 @@ class LocalState:
             row = self._conn.execute("SELECT position, gen, epoch FROM checkpoint").fetchone()
             self.position, self.gen, self.epoch = row
             self._load_chain()
+            self._load_task()
             raise
 
     # The operations below run inside `transaction()`.
@@ -271,6 +288,11 @@ class LocalState:
         self._write(changes.items())
         self._conn.execute("INSERT INTO segments VALUES (?, ?, ?)", (commit_offset, marker, OWN))
         self._load_chain()
+
+    def set_task(self, task: str) -> None:
+        """Record the task whose state the file holds from now on."""
+        self._conn.execute("INSERT OR REPLACE INTO meta VALUES ('task', ?)", (task,))
+        self.task = task
 
     def wipe_state(self) -> None:
         """Empty state, no segments (the position and generation are the caller's to set)."""

@@ -23,9 +23,11 @@ Rules of this module (the changelog's own rules are in `regroup.streams.changelo
    back to back (checked by offset): a record another writer slipped in between (a newer active's
    BEGIN) is therefore always read.
 6. The local file is rebuilt from the changelog when it cannot be trusted (`wiped` says why): it is
-   not a usable database (`regroup.streams.local`), its position is beyond the changelog's end, or
-   the record at its last applied COMMIT is not that COMMIT — the changelog was deleted and
-   recreated, and the file describes a history that no longer exists.
+   not a usable database (`regroup.streams.local`), it holds another task's state (the file is
+   named by changelog partition, which a change of the subtopology's parallelism gives to another
+   task; a file without a task name is the K = 1 task of its partition), its position is beyond
+   the changelog's end, or the record at its last applied COMMIT is not that COMMIT — the
+   changelog was deleted and recreated, and the file describes a history that no longer exists.
 """
 
 from __future__ import annotations
@@ -130,7 +132,7 @@ class TaskStore:
         self._log = log
         ensure_changelog(log, self.topic, partitions)
         self._local = LocalState(Path(state_dir) / f"{self.topic}.{self._p}.sqlite3", self.topic, self._p,
-                                 check_integrity=check_integrity)
+                                 task=str(self.task), check_integrity=check_integrity)
         self._closed = False
         self._role = Role.COPY
         self._buffer: dict[bytes, bytes | None] = {}
@@ -142,6 +144,7 @@ class TaskStore:
         #: Why the local file was wiped and rebuilt from the changelog (None: it was not).
         self.wiped: str | None = self._local.wiped
         try:
+            self._check_task()
             self._check_against_changelog()
         except BaseException:
             self._local.close()
@@ -469,6 +472,18 @@ class TaskStore:
             "changelog was written by something else, or rewritten; this copy cannot restore past it")
 
     # ------------------------------------------------------------------------------ local file checks
+
+    def _check_task(self) -> None:
+        """Rule 6: the file holds this task's state, not another cut's of the same changelog partition."""
+        local, mine = self._local, str(self.task)
+        # A file without a task name predates key ranges: it is the whole partition's task (K = 1).
+        held = local.task if local.task is not None else str(TaskId(self.task.subtopology, self._p))
+        if held != mine:
+            self._rebuild(f"it holds the state of task {held}, not of {mine} (the subtopology's "
+                          "parallelism changed since it was written)")
+        if local.task != mine:
+            with local.transaction():
+                local.set_task(mine)
 
     def _check_against_changelog(self) -> None:
         local = self._local
