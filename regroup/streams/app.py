@@ -126,8 +126,28 @@ class _Active:
         return {topic: min(at for at, _ in lanes.values()) for topic, lanes in self.lanes.items()}
 
     def offsets(self) -> dict[Shard, int]:
-        """What a commit names: every lane's position."""
-        return {lane: at for lanes in self.lanes.values() for lane, (at, _) in lanes.items()}
+        """What a commit names (`lane_offsets`)."""
+        out: dict[Shard, int] = {}
+        for lanes in self.lanes.values():
+            out.update(lane_offsets(lanes))
+        return out
+
+
+def lane_offsets(lanes: Mapping[Shard, tuple[int, Resume]]) -> dict[Shard, int]:
+    """What a commit names for one source topic's lanes: every lane's position, and each piece of
+    a lane it still skips at the offset that piece's keys are done below. Without the pieces,
+    progress known only in memory would be committed lower than the state holds: lanes joined at a
+    merge start at the slowest one's position and skip the faster one's keys below where it got to;
+    were the last commit of the faster lane refused, a commit of the joined lane would leave those
+    keys' fragment below their state, and the next active would apply those records to the state
+    again. A piece lies inside its lane, so the coordinator keeps it as a fragment of the task
+    (never lowering anything)."""
+    out: dict[Shard, int] = {}
+    for lane, (at, left) in lanes.items():
+        out[lane] = at
+        out.update({Shard(lane.topic, lane.partition, lo, hi): done
+                    for lo, hi, done in left.skip if done > at})
+    return out
 
 
 class StreamsApp:
