@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from regroup.log import open_log
 from regroup.log.base import LogRecord, PartitionedLog
 from regroup.protocol.streams.describe import StreamsGroupDescription
 from regroup.protocol.streams.state import StreamsGroupState
 from regroup.rpc.client import CoordinatorClient
 from regroup.rpc.errors import CoordinatorUnavailable, RequestRejected
-from tests.coordinator.server_proc import ServerProc, start_server
+from tests.coordinator.server_proc import ServerProc
+from tests.streams.cluster import kill_all, running
 
 PARTITIONS = 4
 KEYS = [b"k%d" % i for i in range(40)]
@@ -93,24 +93,14 @@ class Cluster:
 
 @pytest.fixture()
 def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    log = open_log(str(tmp_path / "log"))
-    log.create_topic("orders", PARTITIONS)
-    log.create_topic("counts", PARTITIONS)
     flags = getattr(request, "param", ())
-    server = start_server(tmp_path / "data", "--log", str(tmp_path / "log"), "--session-timeout-ms", "6000",
-                          "--heartbeat-interval-ms", "500", "--topic-refresh-s", "0.5",
-                          "--acceptable-recovery-lag", "100", *flags)
-    c = Cluster(tmp_path, log, server, CoordinatorClient(server.address, timeout_s=5), Counter(), [])
-    try:
-        yield c
-    finally:
-        for m in c.members:
-            if m.poll() is None:
-                m.kill()
-                m.wait()
-        c.client.close()
-        server.terminate()
-        log.close()
+    with running(tmp_path, {"orders": PARTITIONS, "counts": PARTITIONS}, "--acceptable-recovery-lag", "100",
+                 *flags) as (log, server, client):
+        c = Cluster(tmp_path, log, server, client, Counter(), [])
+        try:
+            yield c
+        finally:
+            kill_all(c.members)
 
 
 def actives(d: StreamsGroupDescription | None) -> dict[str, int]:

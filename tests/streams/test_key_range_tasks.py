@@ -13,10 +13,10 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
-from regroup.log import open_log
 from regroup.log.base import LogRecord, PartitionedLog
 from regroup.protocol.keyrange import key_hash, ranges
 from regroup.protocol.streams.describe import StreamsGroupDescription
@@ -24,7 +24,8 @@ from regroup.protocol.streams.state import StreamsGroupState
 from regroup.protocol.streams.topology import TaskId
 from regroup.rpc.client import CoordinatorClient
 from regroup.rpc.errors import CoordinatorUnavailable, RequestRejected
-from tests.coordinator.server_proc import ServerProc, start_server
+from tests.coordinator.server_proc import ServerProc
+from tests.streams.cluster import kill_all, running
 from tests.streams.test_end_to_end import wait_until
 
 K = 2
@@ -45,6 +46,8 @@ class RangeCluster:
     client: CoordinatorClient
     produced: Counter[bytes]
     members: list[subprocess.Popen[str]]
+    #: Partitions of the output topic: one per range task.
+    OUTPUT_PARTITIONS: ClassVar[int] = K
 
     def produce(self, n: int, start: int = 0) -> None:
         records = []
@@ -70,7 +73,7 @@ class RangeCluster:
     def outputs(self) -> dict[bytes, list[tuple[int, int, str]]]:
         """Per key, every ``(output partition, count, member)`` emitted, in each partition's order."""
         out: dict[bytes, list[tuple[int, int, str]]] = {}
-        for p in range(K):
+        for p in range(self.OUTPUT_PARTITIONS):
             offset = 0
             while batch := self.log.read("counts", p, offset, 10_000):
                 for r in batch:
@@ -93,23 +96,13 @@ class RangeCluster:
 
 @pytest.fixture()
 def cluster(tmp_path: Path) -> Iterator[RangeCluster]:
-    log = open_log(str(tmp_path / "log"))
-    log.create_topic("orders", 1)
-    log.create_topic("counts", K)
-    server = start_server(tmp_path / "data", "--log", str(tmp_path / "log"), "--session-timeout-ms", "6000",
-                          "--heartbeat-interval-ms", "500", "--topic-refresh-s", "0.5",
-                          "--acceptable-recovery-lag", "100")
-    c = RangeCluster(tmp_path, log, server, CoordinatorClient(server.address, timeout_s=5), Counter(), [])
-    try:
-        yield c
-    finally:
-        for m in c.members:
-            if m.poll() is None:
-                m.kill()
-                m.wait()
-        c.client.close()
-        server.terminate()
-        log.close()
+    with running(tmp_path, {"orders": 1, "counts": K}, "--acceptable-recovery-lag", "100") as (log, server,
+                                                                                             client):
+        c = RangeCluster(tmp_path, log, server, client, Counter(), [])
+        try:
+            yield c
+        finally:
+            kill_all(c.members)
 
 
 def test_two_members_split_one_partition_by_key_range_each_with_its_own_state(cluster: RangeCluster) -> None:

@@ -13,14 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from regroup.log import open_log
 from regroup.log.base import LogRecord
 from regroup.protocol.config import CoordinatorConfig
 from regroup.protocol.messages import OffsetFetchRequest
 from regroup.protocol.streams.topology import TaskId
-from regroup.rpc.client import CoordinatorClient
 from regroup.streams.changelog import resume_point
-from tests.coordinator.server_proc import start_server
+from tests.streams.cluster import kill_all, running
 from tests.streams.test_end_to_end import actives, wait_until
 from tests.streams.test_key_range_tasks import RangeCluster
 
@@ -30,6 +28,8 @@ KEYS = [b"key-%d" % i for i in range(4 * K)]
 
 
 class ManyRanges(RangeCluster):
+    OUTPUT_PARTITIONS = K
+
     def produce(self, n: int, start: int = 0) -> None:
         records = []
         for i in range(start, start + n):
@@ -37,18 +37,6 @@ class ManyRanges(RangeCluster):
             records.append(LogRecord(key, b"x", 0))
             self.produced[key] += 1
         self.log.produce("orders", 0, records)
-
-    def outputs(self) -> dict[bytes, list[tuple[int, int, str]]]:
-        out: dict[bytes, list[tuple[int, int, str]]] = {}
-        for p in range(K):
-            offset = 0
-            while batch := self.log.read("counts", p, offset, 10_000):
-                for r in batch:
-                    assert r.key is not None and r.value is not None
-                    n, name = r.value.split(b" ")
-                    out.setdefault(r.key, []).append((p, int(n), name.decode()))
-                offset = batch[-1].offset + 1
-        return out
 
     def committed_metadata(self) -> dict[TaskId, str]:
         """Each task's committed metadata, as an operator reads it (no member id)."""
@@ -60,22 +48,13 @@ class ManyRanges(RangeCluster):
 
 @pytest.fixture()
 def cluster(tmp_path: Path) -> Iterator[ManyRanges]:
-    log = open_log(str(tmp_path / "log"))
-    log.create_topic("orders", 1)
-    log.create_topic("counts", K)  # each range task writes its own partition of the outputs
-    server = start_server(tmp_path / "data", "--log", str(tmp_path / "log"), "--session-timeout-ms", "6000",
-                          "--heartbeat-interval-ms", "500", "--topic-refresh-s", "0.5")
-    c = ManyRanges(tmp_path, log, server, CoordinatorClient(server.address, timeout_s=5), Counter(), [])
-    try:
-        yield c
-    finally:
-        for m in c.members:
-            if m.poll() is None:
-                m.kill()
-                m.wait()
-        c.client.close()
-        server.terminate()
-        log.close()
+    # Each range task writes its own partition of the outputs.
+    with running(tmp_path, {"orders": 1, "counts": K}) as (log, server, client):
+        c = ManyRanges(tmp_path, log, server, client, Counter(), [])
+        try:
+            yield c
+        finally:
+            kill_all(c.members)
 
 
 @pytest.mark.slow  # about a minute: 200 stores, changelog partitions and reads of the partition, twice

@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from regroup.log import open_log
 from regroup.log.base import LogRecord
 from regroup.log.embedded import EmbeddedLog
 from regroup.protocol.messages import OffsetFetchRequest
 from regroup.protocol.shard import Shard
 from regroup.rpc.client import CoordinatorClient
 from regroup.rpc.errors import CoordinatorUnavailable, RequestRejected
-from tests.coordinator.server_proc import ServerProc, start_server
+from tests.coordinator.server_proc import ServerProc
+from tests.streams.cluster import kill_all, running
 from tests.streams.test_end_to_end import wait_until
 
 KEYS = [b"k%d" % i for i in range(50)]
@@ -93,23 +93,13 @@ class SplitCluster:
 
 @pytest.fixture()
 def cluster(tmp_path: Path) -> Iterator[SplitCluster]:
-    log = open_log(str(tmp_path / "log"))
-    assert isinstance(log, EmbeddedLog)
-    log.create_topic("orders", 1)
-    log.create_topic("counts", 1)
-    server = start_server(tmp_path / "data", "--log", str(tmp_path / "log"), "--session-timeout-ms", "6000",
-                          "--heartbeat-interval-ms", "500", "--topic-refresh-s", "0.5")
-    c = SplitCluster(tmp_path, log, server, CoordinatorClient(server.address, timeout_s=5))
-    try:
-        yield c
-    finally:
-        for m in c.members.values():
-            if m.poll() is None:
-                m.kill()
-                m.wait()
-        c.client.close()
-        server.terminate()
-        log.close()
+    with running(tmp_path, {"orders": 1, "counts": 1}) as (log, server, client):
+        assert isinstance(log, EmbeddedLog)
+        c = SplitCluster(tmp_path, log, server, client)
+        try:
+            yield c
+        finally:
+            kill_all(c.members.values())
 
 
 def test_a_streams_task_reads_its_split_source_as_lanes_across_a_hand_off_and_a_merge(
