@@ -42,7 +42,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -634,18 +634,16 @@ class CoordinatorService:
     async def group_details(self, gid: str) -> GroupDetails:
         """What DescribeGroup answers (and the dashboard shows); ProtocolError as the core raises it."""
         # The core's checks (and GROUP_ID_NOT_FOUND) before asking the log for end offsets.
-        topics = sorted(self.runtime.read(lambda c: c.describe_group(gid)).response.subscribed_topics)
-        ends = await self._end_offsets(topics)
-        split = await self._spans(ends)
+        counts = self.runtime.read(lambda c: c.describe_group(gid)).response.subscribed_topics
+        ends, split = await self._ends_and_spans(counts)
         return await self._ask(lambda c: self._details(c.describe_group(gid), ends, split))
 
     async def group_summaries(self) -> list[GroupSummary]:
         """One line per group for the dashboard's list: cheap (no member details), one end-offset
         lookup for all of the groups' topics."""
-        topics = sorted(self.runtime.read(
-            lambda c: {t for g in c.groups.values() for t in g.subscribed_topics}).response)
-        ends = await self._end_offsets(topics)
-        split = await self._spans(ends)
+        counts = self.runtime.read(lambda c: {t: n for g in c.groups.values()
+                                              for t, n in g.subscribed_topics.items()}).response
+        ends, split = await self._ends_and_spans(counts)
 
         def summaries(c: Coordinator) -> list[GroupSummary]:
             out = []
@@ -656,10 +654,17 @@ class CoordinatorService:
 
         return await self._ask(summaries)
 
-    async def _spans(self, ends: dict[Shard, int]) -> dict[Shard, tuple[Span, ...]]:
-        """The pieces of the split partitions among those ``ends`` knows (`regroup.coordinator.spans`)."""
+    async def _ends_and_spans(
+        self, counts: Mapping[str, int],
+    ) -> tuple[dict[Shard, int], dict[Shard, tuple[Span, ...]]]:
+        """The end offsets of the topics ``counts`` names (with their partition counts) and the pieces
+        of their split partitions (`regroup.coordinator.spans`): asked side by side, so that a describe
+        waits one timeout at most, not one per lookup; each fails open on its own (no ends, no spans)."""
         source = self.refresher.source if self.refresher is not None else None
-        return await spans(source, ends, self.options.end_offsets_timeout_s)
+        partitions = [Shard(t, p) for t, n in sorted(counts.items()) for p in range(n)]
+        ends, split = await asyncio.gather(self._end_offsets(sorted(counts)),
+                                           spans(source, partitions, self.options.end_offsets_timeout_s))
+        return ends, split
 
     def _details(self, d: GroupDescription, ends: dict[Shard, int],
                  split: dict[Shard, tuple[Span, ...]] | None = None) -> GroupDetails:

@@ -465,20 +465,28 @@ def split_ranges(ranges: Iterable[ShardRange], max_records: int) -> list[ShardRa
     return out
 
 
-def grouped_ranges(ranges: Iterable[ShardRange], max_records: int) -> list[tuple[ShardRange, ...]]:
+def grouped_ranges(
+    ranges: Iterable[ShardRange], max_records: int, pieces: Mapping[tuple[str, int], Pieces] | None = None,
+) -> list[tuple[ShardRange, ...]]:
     """The reads of a batch: the ranges of one partition together, so that its records are read once
     for every key range of it the query owns (each read routes a record to the range holding its key;
     the ranges of one partition hold disjoint keys), cut into slices of at most ``max_records``
     offsets — each slice the ranges clipped to it, with the skip pieces that still drop records
-    there. A partition with one range gives what `split_ranges` gives, one range per read."""
+    there. A partition with one range gives what `split_ranges` gives, one range per read.
+
+    Only a partition in one piece is read so: ``pieces`` gives the open pieces of the partitions split
+    on the producer side (a partition it leaves out is one piece, `WHOLE`). The ranges of a split
+    partition — lanes of different pieces, each with offsets of its own — are read by key, one at a
+    time, whichever way they are grouped; so each stays a read of its own (`split_ranges`), and the
+    lanes are read side by side as before."""
     if max_records <= 0:
         raise ValueError(f"max_records must be > 0, got {max_records}")
     by_partition: dict[tuple[str, int], list[ShardRange]] = {}
     for r in ranges:
         by_partition.setdefault(r.shard.partition_key, []).append(r)
     out: list[tuple[ShardRange, ...]] = []
-    for _, rs in sorted(by_partition.items()):
-        if len(rs) == 1:
+    for key, rs in sorted(by_partition.items()):
+        if len(rs) == 1 or len((pieces or {}).get(key, WHOLE)) > 1:
             out.extend((r,) for r in split_ranges(rs, max_records))
             continue
         rs.sort(key=lambda r: r.shard)

@@ -21,7 +21,8 @@ partition's records from the lowest start to the highest end are read once, each
 hashed once, and a record is kept when the range holding its key keeps it (its offset inside that
 range's ``[start, end)``, no skip piece dropping it). The ranges of one partition hold disjoint keys,
 so each record goes to at most one; every key's records come out in offset order. A partition split
-on the producer side is read range by range, as above.
+on the producer side is read range by range, as above — also from where the read had come when a
+split lands during it.
 """
 
 from __future__ import annotations
@@ -122,7 +123,13 @@ def read_ranges(spec: str, ranges: Sequence[ShardRange]) -> Iterator[pa.RecordBa
         return
     at, end = min(r.start for r in ranges), max(r.end for r in ranges)
     while at < end:
-        batch = log.read_arrow(first.topic, first.partition, at, min(BATCH_RECORDS, end - at))
+        try:
+            batch = log.read_arrow(first.topic, first.partition, at, min(BATCH_RECORDS, end - at))
+        except SpansOpenPieces:  # split since the check above: the rest range by range, by key
+            for r in ranges:  # every record below ``at`` was read (or was not the range's) already
+                if max(r.start, at) < r.end:
+                    yield from read_range(spec, r.shard, max(r.start, at), r.end, r.skip)
+            return
         if batch.num_rows == 0:
             raise _ended(first, at, end)
         at = batch.column(2)[-1].as_py() + 1

@@ -16,8 +16,9 @@ input partition per slice of ``maxRecordsPerSplit`` offsets reads the partition'
 keeps those whose key hash is in one of the ranges (and, after a merge, that the range's skip pieces
 do not drop: records a former owner did); the filter is vectorised. ``maxRecordsPerTrigger`` /
 ``maxRecordsPerSplit`` count records read, not kept. A range (or a whole partition after a merge) is
-committed at the batch's end for it, like a partition. A partition split on the producer side is read
-range by range (its lanes lie in different pieces).
+committed at the batch's end for it, like a partition. A partition split on the producer side is not
+read so: its lanes lie in different pieces, each with offsets of its own, and are read by key — each
+lane slice an input partition of its own, so that they are read side by side.
 
 Offsets in Spark's checkpoint are `BatchOffset` JSON (see `regroup.protocol.microbatch`); those this
 reader plans also carry its random token (``"reader"``), by which the driver's listener reports which
@@ -109,7 +110,9 @@ class RegroupStreamReader(DataSourceStreamReader):
         member = self._joined()
         ranges = member.ranges(BatchOffset.from_json(start), BatchOffset.from_json(end))
         member.unconfirmed = end  # the batch about to run (the planned one, or a replay after a restart)
-        reads = grouped_ranges(ranges, self.opts.max_records_per_split)
+        # A split partition's lanes stay reads of their own (side by side), its pieces say which.
+        pieces = {pk: member.log.key_pieces(*pk) for pk in sorted({r.shard.partition_key for r in ranges})}
+        reads = grouped_ranges(ranges, self.opts.max_records_per_split, pieces)
         return [RangePartition(self.opts.log, rs[0]) if len(rs) == 1 else RangesPartition(self.opts.log, rs)
                 for rs in reads]
 

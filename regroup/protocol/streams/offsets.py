@@ -30,7 +30,10 @@ Rules (the consumer-group rules of `regroup.protocol.offsets`, with tasks for sh
    (what lies inside the partition, rule 3), and offsets adopted from before the group existed
    (`regroup.protocol.coordinator`, kept per whole partition) seed every range of their partition.
    A reset naming a whole partition and also a key range of it is refused: which one wins would be
-   a guess.
+   a guess. Offsets the group kept before a topology first cut the topic (a reset while no topology
+   read it) are cut into its ranges when one does (`regroup.protocol.streams.state`, in `apply`):
+   each fragment crossing a range's bounds becomes its pieces, each with its offset, so that no
+   task's floor counts another task's keys.
 """
 
 from __future__ import annotations

@@ -14,8 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
+from itertools import pairwise
 from typing import Any
 
+from regroup.protocol.keyrange import ranges
 from regroup.protocol.messages import STATIC_LEAVE_EPOCH, CommittedOffset
 from regroup.protocol.records import MemberStatus
 from regroup.protocol.shard import Shard
@@ -156,11 +158,46 @@ def _apply_topology(group: StreamsGroup, r: TopologyRecord) -> None:
     group.topology = r.topology
     for sub in r.topology.subtopologies:
         # The latest wins: data written before rule 6 was kept may hold a changed cut, and must replay.
-        group.cuts.update(dict.fromkeys(sub.source_topics, sub.parallelism))
+        for topic in sorted(sub.source_topics):
+            _cut(group, topic, sub.parallelism)
 
 
 def _apply_source_parallelism(group: StreamsGroup, r: SourceParallelismRecord) -> None:
-    group.cuts[r.topic] = r.parallelism
+    _cut(group, r.topic, r.parallelism)
+
+
+def _cut(group: StreamsGroup, topic: str, parallelism: int) -> None:
+    """Record ``topic``'s cut, and cut its committed offsets along it.
+
+    An offset committed before the group cut the topic (an operator's reset of a partition while no
+    topology read it, or a whole-partition task's commits before a topology cut it — data written
+    before `coordinator` rule 6) may span several of the new tasks' ranges: no task would own it,
+    yet each would count it in its floor (`offsets.check_floor`) and be refused commits below it.
+    So every committed fragment that crosses a range boundary is cut into its pieces, each keeping
+    the fragment's offset: the same position for every key (`keyrange` rule 3), now held by the
+    task whose range it lies in (a whole partition becomes its K ranges, as `offsets.per_task` sets
+    a reset). Derived here, in `apply`, rather than written as offset records when the cutting
+    topology is accepted, so that live, replay, snapshots and the replay of data written before
+    this rule all end in the same state with no new record (a snapshot writes the pieces, after the
+    topology, so their replay finds nothing left to cut)."""
+    group.cuts[topic] = parallelism
+    if parallelism == 1:
+        return
+    bounds = [lo for lo, _ in ranges(parallelism)][1:]
+    for key in sorted(k for k in group.offset_parts if k[0] == topic):
+        parts = group.offset_parts[key]
+        for f in sorted(parts):
+            inner = [b for b in bounds if f.lo < b < f.hi]
+            if not inner:
+                continue
+            c = group.offsets.pop(f)
+            parts.discard(f)
+            for lo, hi in pairwise([f.lo, *inner, f.hi]):
+                piece = Shard(f.topic, f.partition, lo, hi)
+                was = group.offsets.get(piece)  # fragments are disjoint; a clash keeps the higher
+                if was is None or was.offset < c.offset:
+                    group.offsets[piece] = c
+                parts.add(piece)
 
 
 def _apply_source_topics(group: StreamsGroup, r: SourceTopicsRecord) -> None:
