@@ -127,9 +127,18 @@ def test_a_static_query_restarts_without_a_rebalance(cluster: Cluster) -> None:
     # Records arrive while b is away; it restarts at once: its partitions wait for it only as long
     # as the session timeout (a wait here would only bring the restart closer to that bound).
     c.produce(3_000)
+    first_b = b
     b = c.start("b", instance="b")  # same instance id, same checkpoint
     owners = c.wait_stable(2)
-    assert_exactly_once(c)
+    counts = c.wait_processed()
+    assert not expected_records(c) - set(counts), "records lost"
+    # query.stop() between a finished batch and the next trigger (or inside a batch, on a busy
+    # machine) leaves that batch uncommitted (docs/spark.md, "Stopping cleanly"): only b's last
+    # batch before the stop may be processed again, by b itself after its restart.
+    with first_b.lock:
+        last = set(first_b.batches[-1].records) if first_b.batches else set()
+    dups = {r for r, n in counts.items() if n > 1}
+    assert dups <= last, f"{len(dups - last)} duplicates beyond b's last batch before its stop"
     d = c.describe()
     assert d.epoch == epoch, "the static restart caused a rebalance"
     assert next(m.assigned for m in d.members if m.instance_id == "b") == b_shards
