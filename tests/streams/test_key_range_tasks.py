@@ -48,11 +48,13 @@ class RangeCluster:
     members: list[subprocess.Popen[str]]
     #: Partitions of the output topic: one per range task.
     OUTPUT_PARTITIONS: ClassVar[int] = K
+    #: The keys produced, in turn.
+    KEYS: ClassVar[list[bytes]] = KEYS
 
     def produce(self, n: int, start: int = 0) -> None:
         records = []
         for i in range(start, start + n):
-            key = KEYS[i % len(KEYS)]
+            key = self.KEYS[i % len(self.KEYS)]
             records.append(LogRecord(key, b"x", 0))
             self.produced[key] += 1
         self.log.produce("orders", 0, records)  # one hot partition

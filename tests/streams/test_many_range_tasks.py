@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from regroup.log.base import LogRecord
 from regroup.protocol.config import CoordinatorConfig
 from regroup.protocol.messages import OffsetFetchRequest
 from regroup.protocol.streams.topology import TaskId
@@ -29,14 +28,7 @@ KEYS = [b"key-%d" % i for i in range(4 * K)]
 
 class ManyRanges(RangeCluster):
     OUTPUT_PARTITIONS = K
-
-    def produce(self, n: int, start: int = 0) -> None:
-        records = []
-        for i in range(start, start + n):
-            key = KEYS[i % len(KEYS)]
-            records.append(LogRecord(key, b"x", 0))
-            self.produced[key] += 1
-        self.log.produce("orders", 0, records)
+    KEYS = KEYS
 
     def committed_metadata(self) -> dict[TaskId, str]:
         """Each task's committed metadata, as an operator reads it (no member id)."""
