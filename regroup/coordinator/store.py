@@ -417,12 +417,18 @@ def _lock_shared(db_path: str) -> IO[str] | None:
         return None
     except OSError as e:
         raise StoreError(f"{data_dir}: cannot open {LOCK_FILE} to lock it for reading ({e})") from e
+    return _flocked(lock, fcntl.LOCK_SH, f"a coordinator is running on {data_dir} (it holds {LOCK_FILE}); "
+                    "stop it before reading its store, or read a copy of the data dir")
+
+
+def _flocked(lock: IO[str], how: int, refusal: str) -> IO[str]:
+    """``lock`` locked ``how`` (shared or exclusive) without waiting; closed, and `StoreError`
+    ``refusal``, when someone else holds it the other way."""
     try:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(lock.fileno(), how | fcntl.LOCK_NB)
     except OSError as e:
         lock.close()
-        raise StoreError(f"a coordinator is running on {data_dir} (it holds {LOCK_FILE}); stop it before "
-                         f"reading its store, or read a copy of the data dir") from e
+        raise StoreError(refusal) from e
     return lock
 
 
@@ -565,12 +571,8 @@ class DurableStore:
         `StoreError` if it cannot be used (module docstring)."""
         os.makedirs(self.data_dir, exist_ok=True)
         lock = open(os.path.join(self.data_dir, LOCK_FILE), "a+")  # noqa: SIM115 - held until close
-        try:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            lock.close()
-            raise StoreError(f"{self.data_dir} is in use by another coordinator process, or a tool reading "
-                             f"its store (cannot lock {LOCK_FILE}); stop it or use another --data-dir") from e
+        _flocked(lock, fcntl.LOCK_EX, f"{self.data_dir} is in use by another coordinator process, or a tool "
+                 f"reading its store (cannot lock {LOCK_FILE}); stop it or use another --data-dir")
         try:
             sqlite_log = SqliteLog(os.path.join(self.data_dir, DB_FILE))
             try:
