@@ -55,8 +55,21 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
 
 __all__ = [
-    "HASH_SEED", "KEY_SPACE", "MAX_PARALLELISM", "Resume", "commit_fragments", "kept", "kept_points",
-    "key_hash", "low_watermarks", "points", "range_of", "range_shards", "ranges", "resume",
+    "HASH_SEED",
+    "KEY_SPACE",
+    "MAX_PARALLELISM",
+    "Resume",
+    "clipped",
+    "commit_fragments",
+    "kept",
+    "kept_points",
+    "key_hash",
+    "low_watermarks",
+    "points",
+    "range_of",
+    "range_shards",
+    "ranges",
+    "resume",
 ]
 
 #: The seed of XXH64 (Spark's ``xxhash64`` uses 42 too).
@@ -178,7 +191,7 @@ class Resume:
         return self if len(left) == len(self.skip) else Resume(self.start, left)
 
 
-def _clipped(fragments: Mapping[Shard, int], shard: Shard, default: int) -> list[tuple[int, int, int]]:
+def clipped(fragments: Mapping[Shard, int], shard: Shard, default: int) -> list[tuple[int, int, int]]:
     """The pieces of ``shard``'s range, in key order, each with the offset its records are done
     below: the fragments' offsets where they overlap it, ``default`` in the gaps."""
     pieces: list[tuple[int, int, int]] = []
@@ -212,7 +225,7 @@ def resume(fragments: Mapping[Shard, int], shard: Shard, default: int) -> Resume
     """Where ``shard`` begins and what it skips (rule 4), from the committed ``fragments`` of its
     partition (any of them; those not overlapping it are ignored) and the reset policy's ``default``
     offset for a part of it with no fragment."""
-    pieces = _clipped(fragments, shard, default)
+    pieces = clipped(fragments, shard, default)
     start = min(o for _, _, o in pieces)
     return Resume(start, tuple(p for p in pieces if p[2] > start))
 

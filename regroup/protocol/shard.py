@@ -56,6 +56,12 @@ def overlaps(a: Shard, b: Shard) -> bool:
     return a.partition == b.partition and a.topic == b.topic and a.lo < b.hi and b.lo < a.hi
 
 
+def within(part: Shard, shard: Shard) -> bool:
+    """True when every key of ``part`` is ``shard``'s, in the same partition."""
+    return part.partition == shard.partition and part.topic == shard.topic and shard.lo <= part.lo \
+        and part.hi <= shard.hi
+
+
 def overlap_any(a: frozenset[Shard], b: frozenset[Shard]) -> bool:
     """True when some shard of ``a`` overlaps some shard of ``b`` (set intersection when every shard
     is a whole partition, so the common case costs what ``isdisjoint`` costs)."""

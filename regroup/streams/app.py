@@ -68,7 +68,7 @@ from regroup.log.embedded.layout import SpansOpenPieces
 from regroup.protocol.keyrange import Resume, key_hash, resume
 from regroup.protocol.member import Fatal
 from regroup.protocol.microbatch import lane_begin, lanes_of, relaned
-from regroup.protocol.shard import Shard
+from regroup.protocol.shard import Shard, within
 from regroup.protocol.streams.assignment import MemberTasks
 from regroup.protocol.streams.member import LostTasks, StartTasks, StopTasks, StreamsMemberStateMachine
 from regroup.protocol.streams.topology import TaskId, Topology
@@ -295,7 +295,7 @@ class StreamsApp:
         for t in tasks:
             # The task's committed fragments: its own part, or the lanes of it committed on their own.
             mine = {f: c for f, c in committed.items()
-                    if any(_inside(f, t.shard(topic)) for topic in self._sources(t))}
+                    if any(within(f, t.shard(topic)) for topic in self._sources(t))}
             self._copies.pop(t, None)
             store = self._store(t)
             low: dict[str, int] = {}
@@ -509,12 +509,6 @@ class StreamsApp:
             if store.wiped:
                 log.warning("the local copy of %s was rebuilt from its changelog: %s", task, store.wiped)
         return store
-
-
-def _inside(part: Shard, shard: Shard) -> bool:
-    """Whether every key of ``part`` is ``shard``'s, in the same partition."""
-    return (part.topic, part.partition) == (shard.topic, shard.partition) and shard.lo <= part.lo \
-        and part.hi <= shard.hi
 
 
 def _process_id(state_dir: Path) -> str:

@@ -67,8 +67,9 @@ from typing import Any
 
 from regroup.client.errors import CommitFailedError, OffsetFetchError
 from regroup.client.streams_membership import StreamsMembership
+from regroup.protocol.keyrange import clipped
 from regroup.protocol.member import Fatal
-from regroup.protocol.shard import Shard
+from regroup.protocol.shard import Shard, within
 from regroup.protocol.streams.assignment import MemberTasks
 from regroup.protocol.streams.checkpoints import (
     CheckpointRecord,
@@ -609,7 +610,7 @@ class StreamsPipeline:
         committed = self.membership.fetch_committed_with_metadata(shards)
         for t in tasks:  # the task's part of each source partition, or its lanes (rule 10)
             own = [sh for sh, task in shards.items() if task == t]
-            mine = {s: c for s, c in committed.items() if any(_inside(s, o) for o in own)}
+            mine = {s: c for s, c in committed.items() if any(within(s, o) for o in own)}
             self._committed[t] = ({s: o for s, (o, _) in mine.items()},
                                   latest_record([m for _, m in mine.values()]))
 
@@ -676,25 +677,13 @@ class StreamsPipeline:
                     self._dormant[task] = ends
 
 
-def _inside(part: Shard, shard: Shard) -> bool:
-    return (part.topic, part.partition) == (shard.topic, shard.partition) and shard.lo <= part.lo \
-        and part.hi <= shard.hi
-
-
 def _lanes_at(sources: set[Shard], committed: Mapping[Shard, int]) -> dict[Shard, int]:
     """Where a fresh query begins: each source part at its committed offset, or at its committed
-    lanes (rule 10), and from the log's start where nothing is committed."""
+    lanes (rule 10), and from the log's start where nothing is committed (`keyrange.clipped`)."""
     out: dict[Shard, int] = {}
     for src in sorted(sources):
-        parts = sorted((f for f in committed if _inside(f, src)), key=lambda f: f.lo)
-        at = src.lo
-        for f in parts:
-            if at < f.lo:
-                out[Shard(src.topic, src.partition, at, f.lo)] = 0
-            out[f] = committed[f]
-            at = f.hi
-        if at < src.hi:
-            out[src if at == src.lo else Shard(src.topic, src.partition, at, src.hi)] = 0
+        inside = {f: o for f, o in committed.items() if within(f, src)}
+        out.update({Shard(src.topic, src.partition, lo, hi): o for lo, hi, o in clipped(inside, src, 0)})
     return out
 
 
@@ -703,7 +692,7 @@ def _per_source(task: TaskId, offsets: Mapping[Shard, int]) -> dict[Shard, int]:
     out: dict[Shard, int] = {}
     for s, o in offsets.items():
         own = task.shard(s.topic)
-        key = own if _inside(s, own) else s
+        key = own if within(s, own) else s
         out[key] = min(o, out.get(key, o))
     return out
 
