@@ -4,6 +4,7 @@ and the query start are stand-ins; `test_tasks.py` runs the same paths with real
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -174,9 +175,71 @@ def test_actives_stopped_together_are_gated_together(pipeline: Any, monkeypatch:
 
     monkeypatch.setattr(pipeline_module, "write_control", write_control)
     monkeypatch.setattr(pipeline_module, "read_ack", lambda path: 10**18)  # every reader obeyed
-    p._stop_tasks(MemberTasks(active=frozenset({A, B})))
+    halt = p._stop_tasks(MemberTasks(active=frozenset({A, B})))
     assert gates == [(f"{A}.json", True), (f"{B}.json", True)]
+    assert halt == [A, B] and all(p._queries[t].fenced for t in (A, B))
+    p._halt_all(halt)
     assert p.tasks == {} and set(p._dormant) == set()
+
+
+def test_a_stopped_active_is_reported_before_its_query_is_stopped(
+        pipeline: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rule 4: once the reader obeyed the gate (its last batch committed) and the query is fenced,
+    the coordinator is told at once; stopping the Spark query (a second or more) comes after, so
+    that the next owner does not wait for it."""
+    p = pipeline
+    p._start(A, "active")
+    events: list[str] = []
+    p.membership.tasks_stopped = lambda tasks: events.append(f"reported {sorted(tasks.active)}")
+    query = p._queries[A].handle
+    stop = query.stop
+    query.stop = lambda: (events.append("query stopped"), stop())
+    monkeypatch.setattr(pipeline_module, "read_ack", lambda path: 10**18)
+    p._handle([pipeline_module.StopTasks(MemberTasks(active=frozenset({A})))])
+    assert events == [f"reported {[A]}", "query stopped"] and p.tasks == {}
+
+
+def _log_offsets(checkpoint: Path, batch: int, ends: dict[Any, int]) -> None:
+    """An entry of a task query's offset log, as Spark writes it (see `checkpoint.batch_ends`)."""
+    from regroup.spark.tasks.source import task_offset
+
+    (checkpoint / "offsets").mkdir(parents=True, exist_ok=True)
+    text = json.dumps(json.dumps(task_offset(ends)))
+    (checkpoint / "offsets" / str(batch)).write_text(f'v1\n{{"batchWatermarkMs":0}}\n{text}\n')
+
+
+def test_a_warm_up_follows_the_actives_planned_batch_and_a_standby_the_commit(pipeline: Any) -> None:
+    """Rule 3: a warm-up's limit is the end of the newest batch the active planned after the batch
+    of record (so it runs that batch beside the active and is at the commit when the active hands
+    over); a standby's is the commit (it must be promotable when its active is killed mid-batch)."""
+    from regroup.protocol.streams.checkpoints import CheckpointRecord
+    from regroup.spark.tasks.control import read_control
+
+    p = pipeline
+    shard = pipeline_module.Shard("t", 0)
+    record = CheckpointRecord("tasks/s_0/other.7", 4)
+    active_dir = p.root.path / record.directory  # a local state root
+    for batch, end in ((3, 80), (4, 100)):
+        _log_offsets(active_dir, batch, {shard: end})
+    p._committed = {C: ({shard: 100}, record), D: ({shard: 100}, record)}
+    p._start(C, "warm-up")
+    p._start(D, "standby")
+    limits = lambda: {t: read_control(q.control).limit for t, q in p._queries.items()}  # noqa: E731
+    p._refresh()
+    assert limits() == {C: {shard: 100}, D: {shard: 100}}  # nothing planned past the record
+    _log_offsets(active_dir, 5, {shard: 130})  # the active plans batch 5: the warm-up follows
+    p._refresh()
+    assert limits() == {C: {shard: 130}, D: {shard: 100}}
+    _log_offsets(active_dir, 6, {shard: 150})  # and on, while the committed offsets are not refreshed
+    p._refresh()
+    assert limits() == {C: {shard: 150}, D: {shard: 100}}
+    p._committed[C] = ({shard: 200}, record)  # a plan behind the commit (stale): the commit
+    p._refresh()
+    assert limits()[C] == {shard: 200}
+    (active_dir / "offsets" / "5").write_text("garbage")  # unreadable: the commit, no error
+    p._committed[C] = ({shard: 100}, record)
+    p._refresh()
+    assert limits()[C] == {shard: 100}
 
 
 def test_a_copy_reports_its_position_only_once_its_query_ran_a_batch(pipeline: Any) -> None:

@@ -10,20 +10,34 @@ does the file copies and runs the queries):
    coordinator with metadata naming its checkpoint directory and the batch id (`CheckpointRecord`).
    The coordinator keeps the metadata with the offsets and fences it by epoch like the offsets, so
    the checkpoint of record is always the one whose batch produced the committed offsets. A zombie
-   keeps writing its own directory; nobody reads it.
+   keeps writing its own directory; nobody copies from it (warm-ups read its offset log, rule 4).
 2. **Every copy is its own directory.** A member never runs a query on a directory it did not
    create: to start from another member's checkpoint it copies *the batch of record* (the offset
    and commit logs up to that batch, the state versions that batch left) into a new directory of
    its own. Two queries therefore never write one directory, whatever the timing.
-3. **Where a task starts** (`plan_start`), in this order: a copy already running here that has not
-   read past the committed offsets is promoted in place (a warm-up or standby taking over); the
+3. **Where a task starts** (`plan_start`), in this order: a copy already running here is kept in
+   place — to become the active only if it has not read past the committed offsets (a warm-up or
+   standby taking over), to stay a copy in any case (a warm-up kept as a standby may be past the
+   commit by the batch the active is running, rule 4: it waits there for the commit); the
    checkpoint of record when it is this process's own directory is resumed in place (a static
    restart restores nothing and copies nothing); otherwise the batch of record is copied (a cold
    move, or a new warm-up or standby); with no checkpoint of record the query starts fresh at the
    committed offsets (after an operator's reset), or at the log's start.
-4. **A copy never reads past the committed offsets.** A warm-up or standby is given the task's
-   committed offsets as its limit (refreshed as the active commits), so whatever it has processed is
-   final. It has caught up when it has processed exactly up to them (`caught_up`).
+4. **A copy never reads past what the active will commit.** A standby is given the task's
+   committed offsets as its limit (refreshed as the active commits), so whatever it has processed
+   is final. A warm-up follows the active closer (`warmup_limit`): its limit is the end of the
+   batch the active has *planned* — the newest entry of the offset log in the checkpoint of
+   record, which Spark writes before it runs the batch. It thus runs each of the active's batches
+   beside it rather than after its commit, and at a clean hand-off (the old active finishes the
+   batch it is running and commits it) it is already at that commit: the new active's first batch
+   has its sink on, and the hand-off costs one batch, not a catch-up batch and then one. What a
+   warm-up has processed is final once the active commits it; if the active dies first, the warm-up
+   is ahead of the commit and rule 3 does not promote it in place (the batch of record is copied).
+   A standby exists for exactly that case (its active killed), so it keeps to the commit. A copy
+   has caught up when it has processed exactly up to its limit (`caught_up`). (Only the batch after
+   the batch of record and the ones after it count: an active plans a batch only once the one
+   before it committed, and a zombie's first refused commit stops its query, so a zombie's
+   directory is never followed further than the one batch it could not commit.)
 5. **The sink is switched on exactly at the commit.** A promoted copy may be behind the commit it
    takes over from: it keeps its limit at that commit, and only batches that start at or after it
    produce output (`sink_on`); every record before it already produced its output at the old
@@ -70,6 +84,7 @@ __all__ = [
     "reached",
     "sink_on",
     "state_file_version",
+    "warmup_limit",
 ]
 
 #: Prefix of the offset-commit metadata a Spark task query writes (versioned: a reader refuses others).
@@ -153,10 +168,10 @@ class StartPlan:
 
 
 def plan_start(*, committed: Offsets, record: CheckpointRecord | None, process_id: str,
-               local: LocalCopy | None) -> StartPlan:
-    """Rule 3, for an active or a copy alike. ``local`` is the copy already running or parked on
-    this process, if any."""
-    if local is not None and local.running and not _ahead(local.ends, committed):
+               local: LocalCopy | None, active: bool = True) -> StartPlan:
+    """Rule 3, for an active (``active``) or a copy. ``local`` is the copy already running or
+    parked on this process, if any."""
+    if local is not None and local.running and not (active and _ahead(local.ends, committed)):
         return StartPlan(StartFrom.PROMOTE, local.directory)
     if record is not None and directory_owner(record.directory) == process_id:
         return StartPlan(StartFrom.RESUME, record.directory)
@@ -199,6 +214,15 @@ def caught_up(ends: Offsets, committed: Offsets) -> bool:
     """Rule 4: a copy has processed exactly up to the committed offsets (nothing committed: yes),
     key by key (rule 6)."""
     return all(e == o for e, o in _pairs(ends, committed))
+
+
+def warmup_limit(committed: Offsets, planned: Offsets | None) -> dict[Shard, int]:
+    """Rule 4: how far a warm-up may read — the ends of the active's newest planned batch after
+    the batch of record, when that batch ends at or past the commit key by key (and so covers
+    every committed key); otherwise (nothing planned, or a stale read) the committed offsets."""
+    if planned and reached(planned, committed):
+        return dict(planned)
+    return dict(committed)
 
 
 def limit_of(limit: Offsets, shard: Shard, default: int) -> int:

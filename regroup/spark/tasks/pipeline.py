@@ -13,13 +13,18 @@ is on, which checkpoint is of record):
    with metadata naming this checkpoint directory and the batch id, then Spark logs the batch as
    committed. A crash anywhere in between makes the next owner run that batch again, from the
    same offsets (the checkpoint's offset log), with the same idempotency key.
-3. A copy (warm-up, standby) runs the same pipeline with its sink off and never reads past the
-   committed offsets, refreshed every ``refresh_ms``; its progress is reported as the task's
-   offsets — only once its query has run a batch (Spark restores the state then), or has nothing
-   to read — urgently when a warm-up has caught up, so that the coordinator promotes it at once.
+3. A copy (warm-up, standby) runs the same pipeline with its sink off and never reads past what
+   the active will commit: a standby up to the committed offsets, refreshed every ``refresh_ms``; a
+   warm-up up to the end of the batch the active has planned (the offset log of the checkpoint of
+   record, read every turn of the loop), so that it runs the active's batches beside it and is at
+   the commit when the active hands the task over. Its progress is reported as the task's offsets
+   — only once its query has run a batch (Spark restores the state then), or has nothing to read —
+   urgently when a warm-up has caught up, so that the coordinator promotes it at once.
 4. Stopping an active is clean: its reader is gated (it plans no further batch), the member waits
-   until the reader has obeyed — then the last batch has finished and committed — and only then
-   stops the query. Actives stopped together are gated together. A copy told to stop is parked
+   until the reader has obeyed — then the last batch has finished and committed — and reports the
+   task stopped; only then does it stop the query (a second or more, which the next owner need
+   not wait for: nothing of a gated, fenced query can run or commit). Actives stopped together are
+   gated together. A copy told to stop is parked
    (kept running, its limit frozen) for ``park_ms``, because a promotion is a stop of the copy
    followed by a start of the active; a parked copy that is not taken back is stopped and stays on
    disk, reported as dormant.
@@ -86,11 +91,18 @@ from regroup.protocol.streams.checkpoints import (
     position_known,
     reached,
     sink_on,
+    warmup_limit,
 )
 from regroup.protocol.streams.member import LostTasks, StartTasks, StopTasks, StreamsMemberStateMachine
 from regroup.protocol.streams.topology import TaskId, Topology, parse_task_id
 from regroup.rpc.client import CoordinatorClient
-from regroup.spark.tasks.checkpoint import batch_ends, copy_batch, last_committed_batch, lineage_begin
+from regroup.spark.tasks.checkpoint import (
+    CheckpointError,
+    batch_ends,
+    copy_batch,
+    last_committed_batch,
+    lineage_begin,
+)
 from regroup.spark.tasks.control import Control, read_ack, write_control
 from regroup.spark.tasks.source import task_offset
 from regroup.spark.tasks.statepath import StatePath, local_run_directory, open_state_root
@@ -105,6 +117,9 @@ ACTIVE, STANDBY, WARMUP, PARKED = "active", "standby", "warm-up", "parked"
 _ACTIVE_RESTARTS = 3
 #: Rule 7: the longest back-off before a failed copy's query is started again.
 _COPY_RETRY_MAX_S = 30.0
+#: Rule 3: how many batches past the batch of record a warm-up looks for the active's newest plan
+#: (the record lags the newest plan by one batch, a few while the committed offsets are refreshed).
+_PLANNED_AHEAD_MAX = 64
 
 
 class StreamsPipelineError(RuntimeError):
@@ -298,8 +313,9 @@ class StreamsPipeline:
         while self._backlog:
             a = self._backlog[0]
             if isinstance(a, StopTasks):
-                self._stop_tasks(a.tasks)
+                halt = self._stop_tasks(a.tasks)
                 self.membership.tasks_stopped(a.tasks)
+                self._halt_all(halt)  # rule 4: after the report, so that the next owner need not wait
             elif isinstance(a, StartTasks):
                 try:
                     self._start_tasks(a.tasks)
@@ -358,7 +374,8 @@ class StreamsPipeline:
         with self._lock:
             q = self._queries.get(task)
         local = None if q is None else LocalCopy(q.directory, dict(q.ends), q.running and not q.fenced)
-        plan = plan_start(committed=committed, record=record, process_id=self.process_id, local=local)
+        plan = plan_start(committed=committed, record=record, process_id=self.process_id, local=local,
+                          active=role == ACTIVE)
         if plan.how is StartFrom.RESUME and plan.directory is not None and record is not None:
             done = last_committed_batch(self.root / plan.directory)
             if done is not None and done > record.batch:  # batches nobody accepted: copy the record
@@ -370,7 +387,10 @@ class StreamsPipeline:
             self.starts[f"promoted {role}"] += 1
             with q.lock:
                 q.role = role
-                q.limit = dict(committed)
+                # An active at the commit reads on at once; behind it (a standby), it first
+                # catches up to it with its sink off (`_watch` lifts the limit then).
+                at_commit = role == ACTIVE and caught_up(q.ends, committed)
+                q.limit = None if at_commit else dict(committed)
                 q.sink_from = dict(committed) if role == ACTIVE else None
                 q.caught_up_reported = False
             self._write_control(q)
@@ -405,8 +425,7 @@ class StreamsPipeline:
         self.starts[f"{plan.how.value} {role}"] += 1
         self._prune(task, keep={directory, record.directory if record else ""})
         q = _TaskQuery(task, role, directory, self.run_dir / f"{task}.json", self._next_generation(),
-                       begin=begin, ends=dict(at),
-                       limit=None if role == ACTIVE else dict(committed),
+                       begin=begin, ends=dict(at), limit=self._copy_limit(role, committed, record),
                        sink_from=dict(committed) if role == ACTIVE else None)
         if role == ACTIVE and not reached(at, committed):
             q.limit = dict(committed)  # behind the commit (a crash's unfinished batch): catch up first
@@ -469,11 +488,12 @@ class StreamsPipeline:
         return on_batch
 
     # ---------------------------------------------------------------- stopping
-    def _stop_tasks(self, tasks: MemberTasks) -> None:
+    def _stop_tasks(self, tasks: MemberTasks) -> list[TaskId]:
+        """Rule 4: the actives gated until their last batch committed, the copies parked; returns
+        the queries to stop (once the coordinator has been told)."""
         for t in tasks.active | tasks.standby | tasks.warmup:
             self._queued.pop(t, None)
-        self._stop_actives(sorted(tasks.active))
-        halt = []
+        halt = self._release_actives(sorted(tasks.active))
         for t in sorted(tasks.standby | tasks.warmup):
             q = self._queries.get(t)
             if q is not None and q.running:
@@ -481,11 +501,11 @@ class StreamsPipeline:
                     q.role, q.parked_at = PARKED, time.monotonic()
             elif q is not None:
                 halt.append(t)
-        self._halt_all(halt)
+        return halt
 
-    def _stop_actives(self, tasks: Sequence[TaskId]) -> None:
+    def _release_actives(self, tasks: Sequence[TaskId]) -> list[TaskId]:
         """Rule 4: gate them all, wait for every reader to obey (its last batch has finished and
-        committed), then stop them."""
+        committed), fence them; returns them, to be stopped."""
         gated = [q for q in (self._queries.get(t) for t in tasks) if q is not None]
         for q in gated:
             if q.running:
@@ -498,7 +518,7 @@ class StreamsPipeline:
         for q in gated:
             with q.lock:
                 q.fenced = True  # nothing after this point may commit
-        self._halt_all([q.task for q in gated])
+        return [q.task for q in gated]
 
     def _halt_all(self, tasks: Sequence[TaskId]) -> None:
         """`_halt` several queries at once: stopping a query waits for Spark to end its threads,
@@ -567,25 +587,56 @@ class StreamsPipeline:
                 self._write_control(q)
 
     def _refresh(self) -> None:
-        """Rule 3: copies follow the committed offsets."""
-        now = time.monotonic()
+        """Rule 3: standbys follow the committed offsets, warm-ups the active's planned batch."""
         copies = [t for t, q in self._queries.items() if q.role in (STANDBY, WARMUP)]
-        if not copies or now - self._refreshed_at < self.refresh_ms / 1000:
+        if not copies:
             return
-        self._refreshed_at = now
-        try:
-            self._fetch_committed(copies)
-        except OffsetFetchError as e:
-            log.info("cannot refresh the committed offsets of the copies yet: %s", e)
-            return
+        now = time.monotonic()
+        if now - self._refreshed_at >= self.refresh_ms / 1000:
+            self._refreshed_at = now
+            try:
+                self._fetch_committed(copies)
+            except OffsetFetchError as e:
+                log.info("cannot refresh the committed offsets of the copies yet: %s", e)
         for t in copies:
             q = self._queries.get(t)
-            if q is None or q.role not in (STANDBY, WARMUP):
+            if q is None or q.role not in (STANDBY, WARMUP) or t not in self._committed:
                 continue
-            committed, _ = self._committed[t]
-            if committed != q.limit:
-                q.limit = dict(committed)
+            committed, record = self._committed[t]
+            limit = self._copy_limit(q.role, committed, record)
+            if limit != q.limit:
+                q.limit = limit
                 self._write_control(q)
+
+    def _copy_limit(self, role: str, committed: dict[Shard, int],
+                    record: CheckpointRecord | None) -> dict[Shard, int] | None:
+        """Rule 3: how far a query of ``role`` may read (None: an active, to the log's end). A new
+        warm-up starts with the active's plan too: at the bare commit it would count as having
+        nothing to read, be reported caught up and promoted before it ran a batch — before Spark
+        restored its state (`position_known`)."""
+        if role == ACTIVE:
+            return None
+        if role == WARMUP:
+            return warmup_limit(committed, self._planned(record))
+        return dict(committed)
+
+    def _planned(self, record: CheckpointRecord | None) -> dict[Shard, int] | None:
+        """The ends of the newest batch the active has planned after the batch of record (rule 3),
+        from its checkpoint's offset log; None when it has planned none (or it cannot be read)."""
+        if record is None:
+            return None
+        planned = None
+        directory = self.root / record.directory
+        try:
+            for batch in range(record.batch + 1, record.batch + _PLANNED_AHEAD_MAX + 1):
+                ends = batch_ends(directory, batch)
+                if ends is None:
+                    break
+                planned = ends
+        except (CheckpointError, OSError) as e:
+            log.debug("cannot read the planned batches of %s: %s", directory, e)
+            return None
+        return planned
 
     def _report(self) -> None:
         assert self.membership is not None

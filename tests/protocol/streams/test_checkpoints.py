@@ -25,8 +25,10 @@ from regroup.protocol.streams.checkpoints import (
     latest_record,
     parse_record,
     plan_start,
+    reached,
     sink_on,
     state_file_version,
+    warmup_limit,
 )
 
 # Derandomized like the rest of tests/protocol: the same examples on every run and machine.
@@ -206,6 +208,16 @@ def test_a_running_copy_ahead_of_the_commit_is_not_promoted(ends: dict[Shard, in
     plan = plan_start(committed=committed, record=record, process_id=ME,
                       local=LocalCopy(mine(3), ends, running=True))
     assert plan == StartPlan(StartFrom.COPY, theirs(1), 12)
+
+
+@pytest.mark.parametrize("ends", [{A0: 101}, {A0: 100, A1: 51}])
+def test_a_running_copy_ahead_of_the_commit_stays_in_place_as_a_copy(ends: dict[Shard, int]) -> None:
+    """A warm-up runs the batch its active is running (rule 4), so it is often past the commit; kept
+    as a standby (or warm-up), it waits there for the commit — nothing it holds produced output."""
+    record = CheckpointRecord(theirs(1), 12)
+    plan = plan_start(committed={A0: 100, A1: 50}, record=record, process_id=ME,
+                      local=LocalCopy(mine(3), ends, running=True), active=False)
+    assert plan == StartPlan(StartFrom.PROMOTE, mine(3))
 
 
 def test_a_running_copy_ahead_of_the_commit_with_our_record_resumes_the_record() -> None:
@@ -507,3 +519,41 @@ def test_a_copys_position_is_known_once_its_query_ran_a_batch_or_has_nothing_to_
     assert position_known(1, {s: 1300}, {s: 1489})
     assert position_known(0, {s: 1489}, {s: 1489})  # nothing to read: no record waits on the restore
     assert not position_known(0, {s: 5}, None)
+
+
+# ---------------------------------------------------------------- warmup_limit (rule 4)
+
+
+def test_a_warm_up_reads_up_to_the_actives_planned_batch() -> None:
+    assert warmup_limit({A0: 100, A1: 50}, {A0: 130, A1: 50}) == {A0: 130, A1: 50}
+
+
+def test_a_warm_up_keeps_to_the_commit_when_nothing_is_planned_or_the_plan_is_stale() -> None:
+    assert warmup_limit({A0: 100}, None) == {A0: 100}
+    assert warmup_limit({A0: 100}, {}) == {A0: 100}
+    assert warmup_limit({A0: 100, A1: 50}, {A0: 130, A1: 40}) == {A0: 100, A1: 50}  # behind on A1
+    assert warmup_limit({A0: 100, A1: 50}, {A0: 130}) == {A0: 100, A1: 50}  # misses A1's keys
+
+
+def test_a_warm_up_follows_a_plan_with_nothing_committed_yet() -> None:
+    assert warmup_limit({}, {A0: 7}) == {A0: 7}
+
+
+def test_a_planned_lane_limits_a_warm_up_key_by_key() -> None:
+    """Rule 6: the active reads a split partition as lanes; a committed fragment over both."""
+    lo, hi = Shard("orders", 0, 0, 2**31), Shard("orders", 0, 2**31, 2**32)
+    committed = {Shard("orders", 0): 100}
+    assert warmup_limit(committed, {lo: 120, hi: 100}) == {lo: 120, hi: 100}
+    assert warmup_limit(committed, {lo: 120}) == committed  # half the keys unplanned
+
+
+@given(st.dictionaries(st.sampled_from([A0, A1, B0]), st.integers(0, 10**6)),
+       st.dictionaries(st.sampled_from([A0, A1, B0]), st.integers(0, 10**6)))
+@settings(max_examples=300)
+def test_a_warm_up_limit_is_never_below_the_commit(committed: dict[Shard, int],
+                                                   planned: dict[Shard, int]) -> None:
+    """Whatever the plan says, a warm-up may always read up to the commit (never less: it could
+    never catch up), and it is one of the two maps."""
+    limit = warmup_limit(committed, planned)
+    assert limit in (committed, planned)
+    assert reached(limit, committed)
