@@ -236,7 +236,7 @@ def test_a_warm_up_follows_the_actives_planned_batch_and_a_standby_the_commit(pi
     p._committed[C] = ({shard: 200}, record)  # a plan behind the commit (stale): the commit
     p._refresh()
     assert limits()[C] == {shard: 200}
-    (active_dir / "offsets" / "5").write_text("garbage")  # unreadable: the commit, no error
+    (active_dir / "offsets" / "7").write_text("garbage")  # unreadable: the commit, no error
     p._committed[C] = ({shard: 100}, record)
     p._refresh()
     assert limits()[C] == {shard: 100}
@@ -283,3 +283,87 @@ def test_cut_off_gates_the_actives_readers_until_the_coordinator_answers(pipelin
     p.membership.cut = False
     p._pause_if_cut_off()
     assert gates() == {A: False, B: False, C: False}
+
+
+def test_a_new_warm_up_starts_from_the_actives_plan_and_a_standby_from_the_commit(pipeline: Any) -> None:
+    """A new warm-up at the bare commit while its active runs a batch would count as having nothing
+    to read, be reported caught up and promoted before Spark restored its state."""
+    from regroup.protocol.streams.checkpoints import CheckpointRecord
+
+    p = pipeline
+    shard = pipeline_module.Shard("t", 0)
+    record = CheckpointRecord("tasks/s_2/other.7", 4)
+    _log_offsets(p.root.path / record.directory, 5, {shard: 130})
+    assert p._copy_limit("warm-up", {shard: 100}, record, C) == {shard: 130}
+    assert p._copy_limit("standby", {shard: 100}, record, C) == {shard: 100}
+    assert p._copy_limit("active", {shard: 100}, record, C) is None
+    assert p._copy_limit("warm-up", {shard: 100}, None, C) == {shard: 100}  # no checkpoint of record
+
+
+def test_a_warm_up_walks_the_plan_on_from_where_it_was_and_a_parked_one_follows_it(pipeline: Any) -> None:
+    from regroup.protocol.streams.checkpoints import CheckpointRecord
+    from regroup.spark.tasks.control import read_control
+
+    p = pipeline
+    shard = pipeline_module.Shard("t", 0)
+    record = CheckpointRecord("tasks/s_2/other.7", 4)
+    active_dir = p.root.path / record.directory
+    _log_offsets(active_dir, 5, {shard: 130})
+    p._committed = {C: ({shard: 100}, record)}
+    p._start(C, "warm-up")
+    p._refresh()
+    (active_dir / "offsets" / "5").unlink()  # Spark purges old entries: the walk goes on from 5
+    _log_offsets(active_dir, 6, {shard: 150})
+    p._refresh()
+    assert read_control(p._queries[C].control).limit == {shard: 150}
+    p._stop_tasks(MemberTasks(warmup=frozenset({C})))  # parked: a promotion may follow
+    assert p.tasks == {C: "parked"}
+    _log_offsets(active_dir, 7, {shard: 170})  # the active's last batch before it is gated
+    p._refresh()
+    assert read_control(p._queries[C].control).limit == {shard: 170}
+
+
+def test_a_reader_that_did_not_obey_the_gate_is_stopped_before_the_release(
+        pipeline: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its batch may still run (and run the sink): nobody may start on those offsets before it ends."""
+    p = pipeline
+    p.rebalance_timeout_ms = 0
+    p._start(A, "active")
+    p._start(B, "active")
+    events: list[str] = []
+    p.membership.tasks_stopped = lambda tasks: events.append("reported")
+    for t in (A, B):
+        query = p._queries[t].handle
+        query.stop = lambda t=t, stop=query.stop: (events.append(f"{t} stopped"), stop())
+    monkeypatch.setattr(pipeline_module, "read_ack", lambda path: 10**18 if path.name == f"{A}.json" else -1)
+    p._handle([pipeline_module.StopTasks(MemberTasks(active=frozenset({A, B})))])
+    assert events == [f"{B} stopped", "reported", f"{A} stopped"]
+
+
+def test_a_leaving_member_stops_its_queries_before_it_reports_them_stopped(
+        pipeline: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A static member's next incarnation resumes the same directories (rule 2: one query each)."""
+    p = pipeline
+    p._start(A, "active")
+    events: list[str] = []
+    p.membership.tasks_stopped = lambda tasks: events.append("reported")
+    query = p._queries[A].handle
+    stop = query.stop
+    query.stop = lambda: (events.append("query stopped"), stop())
+    monkeypatch.setattr(pipeline_module, "read_ack", lambda path: 10**18)
+    p._stop.set()
+    p._handle([pipeline_module.StopTasks(MemberTasks(active=frozenset({A})))])
+    assert events == ["query stopped", "reported"]
+
+
+def test_a_promoted_copy_that_overran_the_commit_starts_again_from_the_record(pipeline: Any) -> None:
+    """Checkpoints rule 5: its batch read past a commit that never came with its sink off. Starting
+    again from the batch of record is not a failure of the query (nothing counts towards giving up)."""
+    p = pipeline
+    p._start(A, "active")
+    q = p._queries[A]
+    q.overran = True
+    q.handle.fail(pipeline_module.OverranCommitError("crossed the commit"))
+    p._watch()
+    assert p.started == [(A, "active"), (A, "active")] and q.handle.stopped
+    assert p._failures[A] == 0 and p._queries[A] is not q

@@ -23,7 +23,7 @@ does the file copies and runs the queries):
    restart restores nothing and copies nothing); otherwise the batch of record is copied (a cold
    move, or a new warm-up or standby); with no checkpoint of record the query starts fresh at the
    committed offsets (after an operator's reset), or at the log's start.
-4. **A copy never reads past what the active will commit.** A standby is given the task's
+4. **A copy reads no further than the active has planned.** A standby is given the task's
    committed offsets as its limit (refreshed as the active commits), so whatever it has processed
    is final. A warm-up follows the active closer (`warmup_limit`): its limit is the end of the
    batch the active has *planned* — the newest entry of the offset log in the checkpoint of
@@ -32,8 +32,9 @@ does the file copies and runs the queries):
    batch it is running and commits it) it is already at that commit: the new active's first batch
    has its sink on, and the hand-off costs one batch, not a catch-up batch and then one. What a
    warm-up has processed is final once the active commits it; if the active dies first, the warm-up
-   is ahead of the commit and rule 3 does not promote it in place (the batch of record is copied).
-   A standby exists for exactly that case (its active killed), so it keeps to the commit. A copy
+   may be past the commit: rule 3 does not promote it in place then (the batch of record is
+   copied), and a batch it was running when promoted is refused by rule 5. A standby exists for
+   exactly that case (its active killed), so it keeps to the commit. A copy
    has caught up when it has processed exactly up to its limit (`caught_up`). (Only the batch after
    the batch of record and the ones after it count: an active plans a batch only once the one
    before it committed, and a zombie's first refused commit stops its query, so a zombie's
@@ -43,7 +44,11 @@ does the file copies and runs the queries):
    produce output (`sink_on`); every record before it already produced its output at the old
    active. Batch ids continue from the copied version, so after a promotion they can repeat ids the
    old active used after the copy was taken: output is keyed by the batch's offset range
-   (`batch_key`), which cannot repeat for different records of one task.
+   (`batch_key`), which cannot repeat for different records of one task. A batch that starts
+   before the commit and ends past it (`overruns`: a warm-up's batch planned up to its active's plan,
+   running when it was promoted, past a commit that never came because that active died) read
+   records that nobody output: it must not commit, and the task starts again from the batch of
+   record.
 6. **Offsets are compared key by key.** A task's part of a source partition split on the producer side
    is read as *lanes*, one per open piece (`regroup.protocol.microbatch.lanes_of`), each with an
    offset of its own and committed on its own; the coordinator keeps them as fragments and may fold
@@ -78,6 +83,7 @@ __all__ = [
     "lane_start",
     "latest_record",
     "limit_of",
+    "overruns",
     "parse_record",
     "plan_start",
     "position_known",
@@ -251,6 +257,15 @@ def sink_on(start: Offsets, sink_from: Offsets | None) -> bool:
     if sink_from is None:
         return False
     return reached(start, sink_from)
+
+
+def overruns(start: Offsets, end: Offsets, sink_from: Offsets | None) -> bool:
+    """Rule 5: whether an active's batch from ``start`` to ``end`` crossed the commit it took over
+    from (``sink_from``) with its sink off — it holds records past the commit that produced no
+    output. Never for a copy (``sink_from`` None) or a batch with its sink on."""
+    if sink_from is None or sink_on(start, sink_from):
+        return False
+    return _ahead(end, sink_from)
 
 
 def batch_key(task: str, start: Offsets, end: Offsets) -> str:

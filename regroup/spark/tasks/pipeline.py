@@ -13,18 +13,23 @@ is on, which checkpoint is of record):
    with metadata naming this checkpoint directory and the batch id, then Spark logs the batch as
    committed. A crash anywhere in between makes the next owner run that batch again, from the
    same offsets (the checkpoint's offset log), with the same idempotency key.
-3. A copy (warm-up, standby) runs the same pipeline with its sink off and never reads past what
-   the active will commit: a standby up to the committed offsets, refreshed every ``refresh_ms``; a
-   warm-up up to the end of the batch the active has planned (the offset log of the checkpoint of
-   record, read every turn of the loop), so that it runs the active's batches beside it and is at
-   the commit when the active hands the task over. Its progress is reported as the task's offsets
-   — only once its query has run a batch (Spark restores the state then), or has nothing to read —
-   urgently when a warm-up has caught up, so that the coordinator promotes it at once.
+3. A copy (warm-up, standby) runs the same pipeline with its sink off and reads no further than the
+   active has planned (`regroup.protocol.streams.checkpoints` rule 4): a standby up to the
+   committed offsets, refreshed every ``refresh_ms``; a warm-up (and a parked one) up to the end of
+   the batch the active has planned (the offset log of the checkpoint of record, read every turn of
+   the loop on a local state root, every ``refresh_ms`` on another filesystem), so that it runs the
+   active's batches beside it and is at the commit when the active hands the task over. Its
+   progress is reported as the task's offsets — only once its query has run a batch (Spark
+   restores the state then), or has nothing to read — urgently when a warm-up has caught up, so
+   that the coordinator promotes it at once.
 4. Stopping an active is clean: its reader is gated (it plans no further batch), the member waits
    until the reader has obeyed — then the last batch has finished and committed — and reports the
    task stopped; only then does it stop the query (a second or more, which the next owner need
-   not wait for: nothing of a gated, fenced query can run or commit). Actives stopped together are
-   gated together. A copy told to stop is parked
+   not wait for: a query whose reader obeyed and which is fenced runs no batch and commits
+   nothing). A query whose reader did not obey in time (a batch longer than the rebalance
+   timeout) is stopped before the report, and so are all of them when the member leaves (a static
+   member's next incarnation resumes the same directories). Actives stopped together are gated
+   together. A copy told to stop is parked
    (kept running, its limit frozen) for ``park_ms``, because a promotion is a stop of the copy
    followed by a start of the active; a parked copy that is not taken back is stopped and stays on
    disk, reported as dormant.
@@ -41,7 +46,7 @@ is on, which checkpoint is of record):
    tasks away), every active's reader is gated — it plans no further batch, as when the active is
    stopped, but the query keeps running — until the coordinator answers again; a batch already
    running finishes, and its commit is fenced by epoch if the member was fenced meanwhile. Copies
-   follow on: their sinks are off and they never read past the committed offsets.
+   follow on: their sinks are off, and they read no further than rule 3 allows.
 9. A key-range task (a subtopology with ``parallelism`` K, `regroup.protocol.streams.topology` rule 4)
    is a query over its range of each source partition (`TaskId.shard`): its reader reads the
    partition and keeps the records of its keys (`regroup.spark.read.read_range`, the consumer-group
@@ -87,6 +92,7 @@ from regroup.protocol.streams.checkpoints import (
     directory_owner,
     format_record,
     latest_record,
+    overruns,
     plan_start,
     position_known,
     reached,
@@ -97,7 +103,6 @@ from regroup.protocol.streams.member import LostTasks, StartTasks, StopTasks, St
 from regroup.protocol.streams.topology import TaskId, Topology, parse_task_id
 from regroup.rpc.client import CoordinatorClient
 from regroup.spark.tasks.checkpoint import (
-    CheckpointError,
     batch_ends,
     copy_batch,
     last_committed_batch,
@@ -105,7 +110,7 @@ from regroup.spark.tasks.checkpoint import (
 )
 from regroup.spark.tasks.control import Control, read_ack, write_control
 from regroup.spark.tasks.source import task_offset
-from regroup.spark.tasks.statepath import StatePath, local_run_directory, open_state_root
+from regroup.spark.tasks.statepath import LocalPath, StatePath, local_run_directory, open_state_root
 
 __all__ = ["BuildFn", "SinkFn", "StreamsPipeline", "StreamsPipelineError", "TaskBatch"]
 
@@ -128,6 +133,11 @@ class StreamsPipelineError(RuntimeError):
 
 class TaskFencedError(RuntimeError):
     """Raised inside a batch of a task this member no longer holds: Spark fails that query."""
+
+
+class OverranCommitError(RuntimeError):
+    """Raised inside a promoted copy's batch that crossed the commit with its sink off (checkpoints
+    rule 5): Spark fails the query, and the member starts the task again from the batch of record."""
 
 
 @dataclass(frozen=True)
@@ -167,6 +177,8 @@ class _TaskQuery:
     fenced: bool = False
     handle: Any = None
     parked_at: float = 0.0
+    parked_from: str = ""
+    overran: bool = False
     caught_up_reported: bool = False
     error: BaseException | None = None
     batches: int = 0
@@ -225,6 +237,8 @@ class StreamsPipeline:
         self._dormant: dict[TaskId, dict[Shard, int]] = {}
         self._committed: dict[TaskId, tuple[dict[Shard, int], CheckpointRecord | None]] = {}
         self._refreshed_at = 0.0
+        #: Rule 3: per warm-up, the newest batch of its active's plan found: (directory, batch, ends).
+        self._plans: dict[TaskId, tuple[str, int, dict[Shard, int]]] = {}
         self._backlog: list[object] = []
         self._generation = int(time.time() * 1000)
         self._lock = threading.RLock()
@@ -314,6 +328,9 @@ class StreamsPipeline:
             a = self._backlog[0]
             if isinstance(a, StopTasks):
                 halt = self._stop_tasks(a.tasks)
+                if self._stop.is_set():  # leaving (rule 4): a static member's next incarnation
+                    self._halt_all(halt)  # may resume these very directories
+                    halt = []
                 self.membership.tasks_stopped(a.tasks)
                 self._halt_all(halt)  # rule 4: after the report, so that the next owner need not wait
             elif isinstance(a, StartTasks):
@@ -387,10 +404,12 @@ class StreamsPipeline:
             self.starts[f"promoted {role}"] += 1
             with q.lock:
                 q.role = role
-                # An active at the commit reads on at once; behind it (a standby), it first
-                # catches up to it with its sink off (`_watch` lifts the limit then).
-                at_commit = role == ACTIVE and caught_up(q.ends, committed)
-                q.limit = None if at_commit else dict(committed)
+                if role == ACTIVE:
+                    # At the commit it reads on at once; behind it (a standby), it first catches up
+                    # to it with its sink off (`_watch` lifts the limit then).
+                    q.limit = None if caught_up(q.ends, committed) else dict(committed)
+                else:
+                    q.limit = self._copy_limit(role, committed, record, task)
                 q.sink_from = dict(committed) if role == ACTIVE else None
                 q.caught_up_reported = False
             self._write_control(q)
@@ -425,7 +444,7 @@ class StreamsPipeline:
         self.starts[f"{plan.how.value} {role}"] += 1
         self._prune(task, keep={directory, record.directory if record else ""})
         q = _TaskQuery(task, role, directory, self.run_dir / f"{task}.json", self._next_generation(),
-                       begin=begin, ends=dict(at), limit=self._copy_limit(role, committed, record),
+                       begin=begin, ends=dict(at), limit=self._copy_limit(role, committed, record, task),
                        sink_from=dict(committed) if role == ACTIVE else None)
         if role == ACTIVE and not reached(at, committed):
             q.limit = dict(committed)  # behind the commit (a crash's unfinished batch): catch up first
@@ -461,6 +480,12 @@ class StreamsPipeline:
                 if q.fenced:
                     raise TaskFencedError(f"task {q.task} is no longer held by this member")
                 active = q.role == ACTIVE
+                if active and overruns(start, end, q.sink_from):
+                    q.overran = True
+                    raise OverranCommitError(
+                        f"task {q.task}: batch {batch_id} ({_fmt(start)} to {_fmt(end)}) crossed the commit "
+                        f"it took over from ({_fmt(q.sink_from or {})}) with its sink off; starting the task "
+                        "again from the batch of record")
                 output = active and sink_on(start, q.sink_from)
                 commit = active and q.sink_from is not None and reached(end, q.sink_from)
             if output:
@@ -498,7 +523,7 @@ class StreamsPipeline:
             q = self._queries.get(t)
             if q is not None and q.running:
                 with q.lock:
-                    q.role, q.parked_at = PARKED, time.monotonic()
+                    q.role, q.parked_at, q.parked_from = PARKED, time.monotonic(), q.role
             elif q is not None:
                 halt.append(t)
         return halt
@@ -515,10 +540,15 @@ class StreamsPipeline:
         while time.monotonic() < deadline and any(
                 q.running and read_ack(q.control) < q.generation for q in gated):
             time.sleep(0.02)
+        late = [q.task for q in gated if q.running and read_ack(q.control) < q.generation]
         for q in gated:
             with q.lock:
                 q.fenced = True  # nothing after this point may commit
-        return [q.task for q in gated]
+        if late:  # a batch may still run: stop it before anyone else may start on these offsets
+            log.warning("tasks %s: the reader did not obey the gate within the rebalance timeout; "
+                        "stopping the queries before releasing them", late)
+            self._halt_all(late)
+        return [q.task for q in gated if q.task not in late]
 
     def _halt_all(self, tasks: Sequence[TaskId]) -> None:
         """`_halt` several queries at once: stopping a query waits for Spark to end its threads,
@@ -557,6 +587,13 @@ class StreamsPipeline:
         for t, q in list(self._queries.items()):
             if q.handle is not None and not q.handle.isActive and not q.fenced:
                 err = q.handle.exception()
+                if q.role == ACTIVE and q.overran:  # checkpoints rule 5: not a failure of the query
+                    log.warning("task %s: the promoted copy had read past the commit (its active died "
+                                "after planning a batch); starting it from the batch of record", t)
+                    self._halt(t)
+                    self._fetch_committed([t])
+                    self._start(t, ACTIVE)
+                    continue
                 if q.role == ACTIVE:
                     # Spark fails a query on transient trouble too (a Python worker that could not
                     # connect back on a loaded machine): start it again from the checkpoint of
@@ -582,60 +619,77 @@ class StreamsPipeline:
             elif q.role == PARKED and time.monotonic() - q.parked_at > self.park_ms / 1000:
                 self._halt(t)
             elif q.role == ACTIVE and q.limit is not None and q.sink_from is not None \
-                    and caught_up(q.ends, q.sink_from):
+                    and reached(q.ends, q.sink_from):
                 q.limit = None  # a promoted copy reached the commit: read to the log's end
                 self._write_control(q)
 
     def _refresh(self) -> None:
-        """Rule 3: standbys follow the committed offsets, warm-ups the active's planned batch."""
-        copies = [t for t, q in self._queries.items() if q.role in (STANDBY, WARMUP)]
+        """Rule 3: standbys follow the committed offsets, warm-ups (parked ones too) the active's
+        planned batch."""
+        copies = [t for t, q in self._queries.items() if q.role in (STANDBY, WARMUP) or
+                  (q.role == PARKED and q.parked_from == WARMUP)]
+        self._plans = {t: p for t, p in self._plans.items() if t in copies}
         if not copies:
             return
         now = time.monotonic()
-        if now - self._refreshed_at >= self.refresh_ms / 1000:
+        due = now - self._refreshed_at >= self.refresh_ms / 1000
+        if due:
             self._refreshed_at = now
             try:
-                self._fetch_committed(copies)
+                self._fetch_committed([t for t in copies if self._queries[t].role != PARKED])
             except OffsetFetchError as e:
                 log.info("cannot refresh the committed offsets of the copies yet: %s", e)
+        # Another filesystem than the local one is read at the committed offsets' pace: each read
+        # is a call through the JVM, and this thread also stops the actives others wait for.
+        plans = due or isinstance(self.root, LocalPath)
         for t in copies:
             q = self._queries.get(t)
-            if q is None or q.role not in (STANDBY, WARMUP) or t not in self._committed:
+            if q is None or t not in self._committed:
+                continue
+            role = WARMUP if q.role == PARKED else q.role
+            if role == WARMUP and not plans:
                 continue
             committed, record = self._committed[t]
-            limit = self._copy_limit(q.role, committed, record)
+            limit = self._copy_limit(role, committed, record, task=t)
             if limit != q.limit:
                 q.limit = limit
                 self._write_control(q)
 
-    def _copy_limit(self, role: str, committed: dict[Shard, int],
-                    record: CheckpointRecord | None) -> dict[Shard, int] | None:
+    def _copy_limit(self, role: str, committed: dict[Shard, int], record: CheckpointRecord | None,
+                    task: TaskId | None = None) -> dict[Shard, int] | None:
         """Rule 3: how far a query of ``role`` may read (None: an active, to the log's end). A new
-        warm-up starts with the active's plan too: at the bare commit it would count as having
-        nothing to read, be reported caught up and promoted before it ran a batch — before Spark
-        restored its state (`position_known`)."""
+        warm-up starts with the active's plan too: at the bare commit, while its active is busy, it
+        would count as having nothing to read, be reported caught up and promoted before it ran a
+        batch — before Spark restored its state (`position_known`)."""
         if role == ACTIVE:
             return None
         if role == WARMUP:
-            return warmup_limit(committed, self._planned(record))
+            return warmup_limit(committed, self._planned(record, task))
         return dict(committed)
 
-    def _planned(self, record: CheckpointRecord | None) -> dict[Shard, int] | None:
+    def _planned(self, record: CheckpointRecord | None,
+                 task: TaskId | None = None) -> dict[Shard, int] | None:
         """The ends of the newest batch the active has planned after the batch of record (rule 3),
-        from its checkpoint's offset log; None when it has planned none (or it cannot be read)."""
+        from its checkpoint's offset log (walked on from the last one found for ``task``); None
+        when it has planned none, or it cannot be read."""
         if record is None:
             return None
-        planned = None
+        batch, planned = record.batch, None
+        known = self._plans.get(task) if task is not None else None
+        if known is not None and known[0] == record.directory and known[1] > batch:
+            batch, planned = known[1], known[2]
         directory = self.root / record.directory
         try:
-            for batch in range(record.batch + 1, record.batch + _PLANNED_AHEAD_MAX + 1):
-                ends = batch_ends(directory, batch)
+            for _ in range(_PLANNED_AHEAD_MAX):
+                ends = batch_ends(directory, batch + 1)
                 if ends is None:
                     break
-                planned = ends
-        except (CheckpointError, OSError) as e:
+                batch, planned = batch + 1, ends
+        except Exception as e:  # unreadable now (a file being replaced, the filesystem's trouble)
             log.debug("cannot read the planned batches of %s: %s", directory, e)
             return None
+        if task is not None and planned is not None:
+            self._plans[task] = (record.directory, batch, planned)
         return planned
 
     def _report(self) -> None:

@@ -23,6 +23,7 @@ from regroup.protocol.streams.checkpoints import (
     directory_owner,
     format_record,
     latest_record,
+    overruns,
     parse_record,
     plan_start,
     reached,
@@ -557,3 +558,26 @@ def test_a_warm_up_limit_is_never_below_the_commit(committed: dict[Shard, int],
     limit = warmup_limit(committed, planned)
     assert limit in (committed, planned)
     assert reached(limit, committed)
+
+
+# ---------------------------------------------------------------- overruns (rule 5)
+
+
+def test_a_promoted_copys_batch_across_the_commit_with_its_sink_off_overruns() -> None:
+    """The copy's batch was planned up to a dead active's plan (200) past the commit (100)."""
+    assert overruns({A0: 60}, {A0: 110}, {A0: 100})
+    assert overruns({A0: 60, A1: 50}, {A0: 100, A1: 51}, {A0: 100, A1: 50})  # past on one shard
+
+
+def test_a_batch_up_to_the_commit_or_from_it_does_not_overrun() -> None:
+    assert not overruns({A0: 60}, {A0: 100}, {A0: 100})   # the catch-up batch: ends at the commit
+    assert not overruns({A0: 60}, {A0: 80}, {A0: 100})    # still behind
+    assert not overruns({A0: 100}, {A0: 150}, {A0: 100})  # its sink is on: output, then commit
+    assert not overruns({A0: 60}, {A0: 999}, None)        # a copy's batch commits nothing
+
+
+def test_a_lane_past_the_commit_overruns_key_by_key() -> None:
+    lo, hi = Shard("orders", 0, 0, 2**31), Shard("orders", 0, 2**31, 2**32)
+    committed = {Shard("orders", 0): 100}
+    assert overruns({lo: 90, hi: 100}, {lo: 100, hi: 101}, committed)
+    assert not overruns({lo: 90, hi: 100}, {lo: 100, hi: 100}, committed)
