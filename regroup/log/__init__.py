@@ -17,10 +17,11 @@ The backends are imported lazily so that using the embedded log never loads libr
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
-from regroup.log.base import ConsumedRecord, LogRecord, PartitionedLog, TopicSource
+from regroup.log.base import WHOLE_KEY_SPACE, ConsumedRecord, LogRecord, PartitionedLog, TopicSource
 from regroup.log.errors import LogError
 
 if TYPE_CHECKING:
@@ -28,7 +29,8 @@ if TYPE_CHECKING:
     from regroup.log.kafka import KafkaLog
     from regroup.log.kafka_groups import KafkaGroups
 
-__all__ = ["ConsumedRecord", "LogRecord", "PartitionedLog", "TopicSource", "open_kafka_groups", "open_log"]
+__all__ = ["ConsumedRecord", "LogRecord", "PartitionedLog", "TopicSource", "open_kafka_groups", "open_log",
+           "piece_ends_of"]
 
 
 def _split_query(rest: str, spec: str) -> tuple[str, dict[str, str]]:
@@ -105,3 +107,20 @@ def open_log(spec: str) -> PartitionedLog:
         hosts, params = _split_query(rest, spec)
         return _open_kafka(hosts, params, spec)
     raise LogError(f"log spec {spec!r}: unknown scheme {scheme!r} (use embedded:// or kafka://)")
+
+
+def piece_ends_of(log: Any,
+                  parts: Iterable[tuple[str, int]]) -> dict[tuple[str, int], dict[tuple[int, int], int]]:
+    """`PartitionedLog.piece_ends` of several partitions ``(topic, partition)``: the embedded log's
+    per partition (each may be split on the producer side); a log that cannot split asks its end
+    offsets once per topic, not once per partition."""
+    from regroup.log.embedded import EmbeddedLog
+
+    wanted = sorted(set(parts))
+    if isinstance(log, EmbeddedLog):
+        return {pk: log.piece_ends(*pk) for pk in wanted}
+    out: dict[tuple[str, int], dict[tuple[int, int], int]] = {}
+    for topic in sorted({t for t, _ in wanted}):
+        ends = log.end_offsets(topic)
+        out.update(((t, p), {WHOLE_KEY_SPACE[0]: ends.get(p, 0)}) for t, p in wanted if t == topic)
+    return out

@@ -52,12 +52,11 @@ from typing import Any
 
 from regroup.client.errors import CommitFailedError, OffsetFetchError
 from regroup.client.membership import Membership
-from regroup.log import open_log
+from regroup.log import open_log, piece_ends_of
 from regroup.log.base import PartitionedLog
-from regroup.log.embedded import EmbeddedLog
 from regroup.protocol.driver import Backlog, OffsetReset, held_when_lost
 from regroup.protocol.member import Action, Assign, Fatal, Lost, MemberState, MemberStateMachine, Revoke
-from regroup.protocol.microbatch import WHOLE, BatchOffset, Boundary, PieceEnds, Pieces, ShardRange
+from regroup.protocol.microbatch import BatchOffset, Boundary, Pieces, ShardRange
 from regroup.protocol.shard import Shard
 from regroup.rpc.client import CoordinatorClient
 from regroup.spark.finished import ENV as FINISHED_ENV
@@ -118,7 +117,7 @@ class QueryMember:
             self._sync(finished)
             if self._cut_off():
                 return finished  # the same offset: Spark runs no batch, and asks again next trigger
-            pieces = self._piece_ends(self.boundary.assigned)
+            pieces = piece_ends_of(self.log, {s.partition_key for s in self.boundary.assigned})
             self.boundary, end = self.boundary.plan_pieces(finished, pieces, limit, self.membership.epoch)
             return end
 
@@ -290,13 +289,3 @@ class QueryMember:
         """The open pieces of the partitions of ``shards`` (one, every key, unless split)."""
         return {pk: self.log.key_pieces(*pk) for pk in sorted({s.partition_key for s in shards})}
 
-    def _piece_ends(self, shards: Collection[Shard]) -> dict[tuple[str, int], PieceEnds]:
-        """The open pieces of the partitions of ``shards`` and where each ends."""
-        parts = sorted({s.partition_key for s in shards})
-        if isinstance(self.log, EmbeddedLog):
-            return {pk: self.log.piece_ends(*pk) for pk in parts}
-        out: dict[tuple[str, int], PieceEnds] = {}
-        for topic in sorted({t for t, _ in parts}):
-            ends = self.log.end_offsets(topic)
-            out.update(((t, p), {WHOLE[0]: ends.get(p, 0)}) for t, p in parts if t == topic)
-        return out

@@ -30,7 +30,7 @@ from regroup.spark.tasks.checkpoint import (
     lineage_begin,
 )
 from regroup.spark.tasks.hadoop import HadoopPath, open_hadoop_root
-from regroup.spark.tasks.pipeline import _process_id
+from regroup.spark.tasks.incarnation import process_id as _process_id
 from regroup.spark.tasks.statepath import (
     LocalPath,
     StatePath,

@@ -63,7 +63,6 @@ is on, which checkpoint is of record):
 from __future__ import annotations
 
 import collections
-import hashlib
 import json
 import logging
 import shutil
@@ -109,6 +108,8 @@ from regroup.spark.tasks.checkpoint import (
     lineage_begin,
 )
 from regroup.spark.tasks.control import Control, read_ack, write_control
+from regroup.spark.tasks.incarnation import process_id, remove_stale_runs
+from regroup.spark.tasks.plans import ActivePlans
 from regroup.spark.tasks.source import task_offset
 from regroup.spark.tasks.statepath import LocalPath, StatePath, local_run_directory, open_state_root
 
@@ -122,9 +123,6 @@ ACTIVE, STANDBY, WARMUP, PARKED = "active", "standby", "warm-up", "parked"
 _ACTIVE_RESTARTS = 3
 #: Rule 7: the longest back-off before a failed copy's query is started again.
 _COPY_RETRY_MAX_S = 30.0
-#: Rule 3: how many batches past the batch of record a warm-up looks for the active's newest plan
-#: (the record lags the newest plan by one batch, a few while the committed offsets are refreshed).
-_PLANNED_AHEAD_MAX = 64
 
 
 class StreamsPipelineError(RuntimeError):
@@ -219,13 +217,14 @@ class StreamsPipeline:
         # bad or unreachable root fails streams(...) with its name.
         self.root: StatePath = open_state_root(spark, state) / group
         self.root.mkdir()
-        self.process_id = _process_id(self.root, instance_id)
+        self._plans = ActivePlans(self.root)  # rule 3: what the warm-ups' actives planned
+        self.process_id = process_id(self.root, instance_id)
         self.member_id = str(uuid.uuid4())
         # The control files of this incarnation's readers, on this machine. Per incarnation: a
         # static member's replacement may start while the old one is still stopping its queries,
         # whose readers read their own files.
         self.run_dir = local_run_directory(spark, self.root) / self.process_id / self.member_id
-        _remove_stale_runs(self.run_dir.parent)
+        remove_stale_runs(self.run_dir.parent)
         self.run_dir.mkdir(parents=True)
         self._machine = StreamsMemberStateMachine(
             group, self.member_id, self.process_id, self.topology, instance_id=instance_id,
@@ -237,8 +236,6 @@ class StreamsPipeline:
         self._dormant: dict[TaskId, dict[Shard, int]] = {}
         self._committed: dict[TaskId, tuple[dict[Shard, int], CheckpointRecord | None]] = {}
         self._refreshed_at = 0.0
-        #: Rule 3: per warm-up, the newest batch of its active's plan found: (directory, batch, ends).
-        self._plans: dict[TaskId, tuple[str, int, dict[Shard, int]]] = {}
         self._backlog: list[object] = []
         self._generation = int(time.time() * 1000)
         self._lock = threading.RLock()
@@ -628,7 +625,7 @@ class StreamsPipeline:
         planned batch."""
         copies = [t for t, q in self._queries.items() if q.role in (STANDBY, WARMUP) or
                   (q.role == PARKED and q.parked_from == WARMUP)]
-        self._plans = {t: p for t, p in self._plans.items() if t in copies}
+        self._plans.keep(copies)
         if not copies:
             return
         now = time.monotonic()
@@ -664,33 +661,8 @@ class StreamsPipeline:
         if role == ACTIVE:
             return None
         if role == WARMUP:
-            return warmup_limit(committed, self._planned(record, task))
+            return warmup_limit(committed, self._plans.planned(record, task))
         return dict(committed)
-
-    def _planned(self, record: CheckpointRecord | None,
-                 task: TaskId | None = None) -> dict[Shard, int] | None:
-        """The ends of the newest batch the active has planned after the batch of record (rule 3),
-        from its checkpoint's offset log (walked on from the last one found for ``task``); None
-        when it has planned none, or it cannot be read."""
-        if record is None:
-            return None
-        batch, planned = record.batch, None
-        known = self._plans.get(task) if task is not None else None
-        if known is not None and known[0] == record.directory and known[1] > batch:
-            batch, planned = known[1], known[2]
-        directory = self.root / record.directory
-        try:
-            for _ in range(_PLANNED_AHEAD_MAX):
-                ends = batch_ends(directory, batch + 1)
-                if ends is None:
-                    break
-                batch, planned = batch + 1, ends
-        except Exception as e:  # unreadable now (a file being replaced, the filesystem's trouble)
-            log.debug("cannot read the planned batches of %s: %s", directory, e)
-            return None
-        if task is not None and planned is not None:
-            self._plans[task] = (record.directory, batch, planned)
-        return planned
 
     def _report(self) -> None:
         assert self.membership is not None
@@ -805,43 +777,6 @@ def _per_source(task: TaskId, offsets: Mapping[Shard, int]) -> dict[Shard, int]:
 def _has_state(q: _TaskQuery) -> bool:
     """Rule 3's report (`position_known`): an active's position always is."""
     return q.role not in (WARMUP, STANDBY) or position_known(q.batches, q.ends, q.limit)
-
-
-def _process_id(root: StatePath, instance_id: str | None) -> str:
-    """A static member keeps its process id (so its copies on disk are known to be its own); a
-    dynamic member is a new process every time."""
-    if instance_id is None:
-        return uuid.uuid4().hex
-    name = hashlib.sha256(instance_id.encode()).hexdigest()[:32]  # any instance id is a safe file name
-    path = root / "members" / f"{name}.process-id"
-    try:
-        if known := path.read_text().strip():
-            return known
-    except FileNotFoundError:
-        pass
-    pid = uuid.uuid4().hex
-    tmp = path.with_name(f"{name}.{pid}.tmp")
-    tmp.write_text(pid + "\n")
-    path.remove()  # an empty file left by a crash (a rename does not replace a file on HDFS)
-    tmp.rename_to(path)
-    return pid
-
-
-#: An incarnation's control files left this long ago belong to a member that is gone.
-_STALE_RUN_S = 3600.0
-
-
-def _remove_stale_runs(directory: Path) -> None:
-    """Remove the control files of earlier incarnations that ended without cleaning up (kill -9),
-    not those of one that may still be stopping."""
-    if not directory.is_dir():
-        return
-    for d in directory.iterdir():
-        try:
-            if time.time() - d.stat().st_mtime > _STALE_RUN_S:
-                shutil.rmtree(d, ignore_errors=True)
-        except FileNotFoundError:
-            pass
 
 
 def _fmt(offsets: Mapping[Shard, int]) -> str:

@@ -24,10 +24,8 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from regroup.log.embedded import EmbeddedLog
+from regroup.log import piece_ends_of
 from regroup.protocol.microbatch import (
-    WHOLE,
-    PieceEnds,
     ShardRange,
     lane_ends,
     lanes_of,
@@ -95,7 +93,7 @@ class TaskStreamReader(DataSourceStreamReader):
 
             self._log = open_log(self.log_spec)
         ends: dict[Shard, int] = {}
-        pieces = self._piece_ends(sorted({s.partition_key for s in current}))
+        pieces = piece_ends_of(self._log, {s.partition_key for s in current})
         for shard, at in current.items():
             for lane in lanes_of(shard, tuple(sorted(pieces[shard.partition_key]))):
                 end = lane_ends([lane], pieces).get(lane, at)
@@ -105,16 +103,6 @@ class TaskStreamReader(DataSourceStreamReader):
                     end = min(end, at + self.max_records)
                 ends[lane] = max(at, end)
         return task_offset(ends, self.begin)
-
-    def _piece_ends(self, parts: list[tuple[str, int]]) -> dict[tuple[str, int], PieceEnds]:
-        """Each partition's open pieces and where each ends (a log without pieces: one, its end)."""
-        if isinstance(self._log, EmbeddedLog):
-            return {pk: self._log.piece_ends(*pk) for pk in parts}
-        out: dict[tuple[str, int], PieceEnds] = {}
-        for topic in sorted({t for t, _ in parts}):
-            ends = self._log.end_offsets(topic)
-            out.update(((t, p), {WHOLE[0]: ends.get(p, 0)}) for t, p in parts if t == topic)
-        return out
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         begin, finish = task_offset_ends(start), task_offset_ends(end)
