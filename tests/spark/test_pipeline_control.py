@@ -367,3 +367,20 @@ def test_a_promoted_copy_that_overran_the_commit_starts_again_from_the_record(pi
     p._watch()
     assert p.started == [(A, "active"), (A, "active")] and q.handle.stopped
     assert p._failures[A] == 0 and p._queries[A] is not q
+
+
+def test_a_copy_whose_start_spark_refuses_is_queued_again_after_a_back_off(
+        pipeline: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rule 7 (seen in CI: ``load()`` raised a ConcurrentModificationException inside Spark): the
+    pipeline goes on, and the copy is tried again later."""
+    p, clock = pipeline, pipeline.clock
+    own(p, warmup={C})
+    p._start_tasks(MemberTasks(warmup=frozenset({C})))
+
+    def refused(task: TaskId, role: str) -> None:
+        raise RuntimeError("java.util.ConcurrentModificationException")
+
+    monkeypatch.setattr(p, "_start", refused)
+    p._start_queued()
+    role, at = p._queued[C]
+    assert role == "warm-up" and at - clock[0] == 2.0 and C not in p._queries

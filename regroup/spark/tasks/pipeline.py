@@ -39,9 +39,9 @@ is on, which checkpoint is of record):
    copies are queued and started one per turn of the loop, after any waiting action. A queued copy
    is acknowledged as started (a copy's start is no promise to the group; its progress is reported
    only once it runs) and leaves the queue when it is stopped or lost.
-7. A copy whose query fails is started again after a back-off (doubling, up to
-   ``_COPY_RETRY_MAX_S``) while the coordinator still wants it: a warm-up dropped for good would
-   never catch up, and the group would never settle.
+7. A copy whose query fails, or whose start Spark refuses, is started again after a back-off
+   (doubling, up to ``_COPY_RETRY_MAX_S``) while the coordinator still wants it: a warm-up dropped
+   for good would never catch up, and the group would never settle.
 8. Cut off from the coordinator (`regroup.protocol.failover` rules 7 and 12: it may have given the
    tasks away), every active's reader is gated — it plans no further batch, as when the active is
    stopped, but the query keeps running — until the coordinator answers again; a batch already
@@ -381,7 +381,20 @@ class StreamsPipeline:
             self._queued[task] = (role, now + 1.0)
             return
         self._queued.pop(task)
-        self._start(task, role)
+        try:
+            self._start(task, role)
+        except StreamsPipelineError:
+            raise
+        except Exception as e:  # Spark refused to start the query (seen: a ConcurrentModificationException)
+            self._halt(task)
+            self._retry_copy(task, role, e)
+
+    def _retry_copy(self, task: TaskId, role: str, err: BaseException | None) -> None:
+        """Rule 7: a copy whose query failed, or could not start, is started again after a back-off."""
+        self._copy_failures[task] += 1
+        wait = min(_COPY_RETRY_MAX_S, 2.0 ** self._copy_failures[task])
+        log.warning("task %s: the %s query failed (%s); starting it again in %.0f s", task, role, err, wait)
+        self._queued[task] = (role, time.monotonic() + wait)
 
     def _start(self, task: TaskId, role: str) -> None:
         committed, record = self._committed[task]
@@ -605,12 +618,8 @@ class StreamsPipeline:
                     self._start(t, ACTIVE)
                     continue
                 self._halt(t)
-                if q.role in (STANDBY, WARMUP):  # rule 7
-                    self._copy_failures[t] += 1
-                    wait = min(_COPY_RETRY_MAX_S, 2.0 ** self._copy_failures[t])
-                    log.warning("task %s: the %s query failed (%s); starting it again in %.0f s", t,
-                                q.role, err, wait)
-                    self._queued[t] = (q.role, time.monotonic() + wait)
+                if q.role in (STANDBY, WARMUP):
+                    self._retry_copy(t, q.role, err)
                 else:
                     log.warning("task %s: the parked copy's query failed (%s); dropping it", t, err)
             elif q.role == PARKED and time.monotonic() - q.parked_at > self.park_ms / 1000:
