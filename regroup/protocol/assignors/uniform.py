@@ -29,7 +29,7 @@ from operator import attrgetter, is_
 from typing import NamedTuple
 
 from regroup.protocol.assignors.base import Assignment, GroupSpec, MemberSpec
-from regroup.protocol.shard import EMPTY, Shard, ShardSet
+from regroup.protocol.shard import EMPTY, Shard, ShardRun, ShardSet, run_end, run_of, run_without_end
 from regroup.protocol.topics import TopicMetadata
 
 __all__ = ["SubscriptionClass", "UniformAssignor", "subscription_classes"]
@@ -216,12 +216,15 @@ class UniformAssignor:
         else:
             counts = tuple(map(metadata.units.__getitem__, sorted_topics))
         total = sum(counts)
-        held = sum(map(len, currents))
 
         final: dict[str, ShardSet]
-        if held == 0:
-            final = _deal_fresh(mids, chain.from_iterable(topic_shards(metadata, sorted_topics)), total)
+        if not any(currents):
+            every = len(sorted_topics) == len(metadata.partitions)
+            shards = metadata.all_shards() if every else chain.from_iterable(
+                topic_shards(metadata, sorted_topics))
+            final = _deal_fresh(mids, shards, total)
         else:
+            held = sum(map(len, currents))
             found = self._certify((topics, counts), mids, currents, total - held)
             if found is not None:
                 kept, pool = currents, found
@@ -312,11 +315,12 @@ def _deal_fresh(mids: list[str], pool: Iterable[Shard], total: int) -> dict[str,
     order = sorted(mids)
     q, extra = divmod(total, len(order))
     # All in C: zip over q (+1) references to one iterator yields consecutive runs as tuples
-    # (reused by zip once frozenset has consumed them), without a list of the pool or slices.
+    # (reused by zip once run_of has copied them), without a list of the pool or slices.
     # islice stops before pulling from zip, so the longer runs take exactly their shards.
+    # Each run becomes a `ShardRun` (the pool is in shard order): no hash table per member.
     it = iter(pool)
     longer = islice(zip(*[it] * (q + 1), strict=False), extra)
-    runs = map(frozenset, chain(longer, zip(*[it] * q, strict=False) if q else ()))
+    runs = map(run_of, chain(longer, zip(*[it] * q, strict=False) if q else ()))
     final = dict(zip(order, runs, strict=False))  # shorter than `order` when q == 0
     if len(final) < len(order):
         final.update(dict.fromkeys(order[len(final):], EMPTY))
@@ -369,13 +373,17 @@ def _rebalance(mids: list[str], kept: list[ShardSet], pool: list[Shard],
         if give <= 0:
             continue
         if give == 1:
-            top = max(cur)
+            if type(cur) is ShardRun:  # a run knows its largest shard and stays a run without it
+                top = run_end(cur)
+                changed[mids[i]] = run_without_end(cur)
+            else:
+                top = max(cur)
+                changed[mids[i]] = cur.difference((top,))
             revoked.append(top)
-            changed[mids[i]] = cur.difference((top,))
         else:
             ordered = sorted(cur)
             revoked.extend(ordered[quota:])
-            changed[mids[i]] = frozenset(ordered[:quota])
+            changed[mids[i]] = run_of(ordered[:quota]) if quota else EMPTY
     if revoked:
         revoked.sort()
         if pool:
@@ -397,7 +405,8 @@ def _rebalance(mids: list[str], kept: list[ShardSet], pool: list[Shard],
     for i, need in receivers:
         end = pos + need
         cur = kept[i]
-        changed[mids[i]] = cur.union(pool[pos:end]) if cur else frozenset(pool[pos:end])
+        # The pool is sorted and distinct, so a receiver that held nothing gets a run of it.
+        changed[mids[i]] = cur.union(pool[pos:end]) if cur else run_of(pool[pos:end])
         pos = end
     assert pos == len(pool), "quotas must absorb the pool exactly"
     return changed
