@@ -382,3 +382,30 @@ def test_remembered_results_never_change_outputs(spec: GroupSpec,
         validate_assignment(current, out)
         assert out == UniformAssignor().assign(current)
         members = {m: MemberSpec(m, s.topics, out[m]) for m, s in members.items()}
+
+
+@PROPS
+@given(homogeneous_specs(), st.data())
+def test_memory_agrees_with_a_fresh_assignor_whatever_happened_to_its_result(
+        spec: GroupSpec, data: st.DataObject) -> None:
+    """The certification memory vouches only for what it may: after its own result, members leave,
+    lose their shards, hold copies of theirs (equal, other objects) or join; the warm assignor's
+    answer is always a fresh one's, and valid."""
+    warm = UniformAssignor()
+    out = warm.assign(spec)
+    sub = next(iter(spec.members.values())).topics
+    members: dict[str, MemberSpec] = {}
+    for mid, m in spec.members.items():
+        fate = data.draw(st.sampled_from(["keeps", "leaves", "loses", "copy"]), label=mid)
+        if fate == "leaves":
+            continue
+        current = {"keeps": out[mid], "loses": EMPTY, "copy": frozenset(set(out[mid]))}[fate]
+        members[mid] = MemberSpec(mid, m.topics, current)
+    for joiner in data.draw(st.lists(st.sampled_from(["j1", "j2", "zz"]), unique=True), label="joiners"):
+        members[joiner] = MemberSpec(joiner, sub)
+    if not members:
+        return
+    after = GroupSpec(members, spec.topics)
+    got = warm.assign(after)
+    assert got == UniformAssignor().assign(after)
+    validate_assignment(after, got)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
-from itertools import chain, compress, filterfalse, islice
+from itertools import chain, compress, filterfalse, islice, repeat
 from operator import attrgetter, is_
 from typing import NamedTuple
 
@@ -224,16 +224,18 @@ class UniformAssignor:
                 topic_shards(metadata, sorted_topics))
             final = _deal_fresh(mids, shards, total)
         else:
-            held = sum(map(len, currents))
-            found = self._certify((topics, counts), mids, currents, total - held)
+            held_sizes = list(map(len, currents))
+            sizes: list[int] | None = held_sizes
+            found = self._certify((topics, counts), mids, currents, total - sum(held_sizes))
             if found is not None:
                 kept, pool = currents, found
             else:
                 universe = list(chain.from_iterable(topic_shards(metadata, sorted_topics)))
                 kept, pool = _kept_shards(mids, currents, universe, total)
+                sizes = None if kept is not currents else sizes
             # Members absent from the changes keep exactly their kept set (often `current` itself).
             final = dict(zip(mids, kept, strict=True))
-            final.update(_rebalance(mids, kept, pool, total))
+            final.update(_rebalance(mids, kept, pool, total, sizes))
         out.update(final)
         self._remember((topics, counts), final)
 
@@ -248,15 +250,21 @@ class UniformAssignor:
         results = self._certified.get(key)
         if not results:
             return None
-        used = list(compress(mids, currents))
+        used: list[str] | None = None
         for pos in range(len(results) - 1, -1, -1):
             targets = results[pos]
-            if not all(map(is_, map(targets.get, used), compress(currents, currents))):
-                continue
+            # The usual case in one C pass: every member holds what the result gave it, a joiner
+            # nothing (list equality tries identity first; a set merely equal to the result's
+            # vouches as well as the result's own object).
+            if list(map(targets.get, mids, repeat(EMPTY))) != currents:
+                if used is None:
+                    used = list(compress(mids, currents))
+                if not all(map(is_, map(targets.get, used), compress(currents, currents))):
+                    continue
             results.append(results.pop(pos))  # most recently used last
             if unassigned == 0:
                 return []
-            in_use = set(used)
+            in_use = set(compress(mids, currents))
             freed = [s for mid, s in targets.items() if s and mid not in in_use]
             return sorted(chain.from_iterable(freed))
         return None
@@ -340,11 +348,13 @@ def _where(sizes: list[int], value: int, count: int) -> list[int]:
 
 
 def _rebalance(mids: list[str], kept: list[ShardSet], pool: list[Shard],
-               total: int) -> dict[str, ShardSet]:
-    """Quotas, revocations and hand-outs; returns only the members whose set changes."""
+               total: int, sizes: list[int] | None = None) -> dict[str, ShardSet]:
+    """Quotas, revocations and hand-outs; returns only the members whose set changes.
+    ``sizes``: the lengths of ``kept``, when the caller has them."""
     n = len(mids)
     q, extra = divmod(total, n)
-    sizes = list(map(len, kept))
+    if sizes is None:
+        sizes = list(map(len, kept))
     values = set(sizes)
     over: list[int] = []
     under: list[int] = []
