@@ -18,7 +18,6 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
-from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 #: The key space of every partition: a record belongs to the range holding its key hash.
@@ -106,8 +105,9 @@ class ShardRun(_RunBase):
     ``frozenset``. Of a tuple it keeps only positions (``run[i]``, the i-th shard in order, which
     membership bisects); ``+``, ``*`` and ``count`` are refused, as a set refuses them.
 
-    Invariant (the maker's duty, unchecked for speed): the shards are distinct and sorted, so two
-    runs are equal exactly when their tuples are, and the set is never larger than the tuple.
+    Made as a tuple is, ``ShardRun(shards)`` (in C, no check: the quickest way to make 5,000), with
+    this invariant the maker's duty: the shards are distinct and sorted, so two runs are equal
+    exactly when their tuples are, and the set is never larger than the tuple.
     """
 
     __slots__ = ()
@@ -233,8 +233,6 @@ _tuple_eq = cast("Callable[[object, object], bool]", tuple.__eq__)
 _tuple_getitem = cast(Any, tuple.__getitem__)
 _iter_run = cast(Any, tuple.__iter__)
 
-#: ``run_of(shards)``: the `ShardRun` of a sorted tuple of distinct shards (made in C, no check).
-run_of: Any = partial(tuple.__new__, ShardRun)
 
 
 def _as_set(other: object) -> frozenset[Any] | set[Any]:
@@ -258,7 +256,7 @@ def run_end(run: ShardRun) -> Shard:
 def run_without_end(run: ShardRun) -> ShardSet:
     """The run without its last shard (still a run; ``EMPTY`` when that was the only one)."""
     rest = _tuple_getitem(run, slice(0, -1))
-    return cast(ShardSet, run_of(rest)) if rest else EMPTY
+    return ShardRun(rest) if rest else EMPTY
 
 
 def shards_of(topic: str, partitions: int) -> tuple[Shard, ...]:

@@ -16,7 +16,6 @@ from regroup.protocol.shard import (
     ShardRun,
     group_by_topic,
     run_end,
-    run_of,
     run_without_end,
 )
 from regroup.protocol.validation import ListedShards
@@ -35,7 +34,7 @@ def _listed(shards: frozenset[Shard]) -> ListedShards:
 
 
 def _run(shards: frozenset[Shard]) -> ShardRun:
-    run = run_of(tuple(sorted(shards)))
+    run = ShardRun(tuple(sorted(shards)))
     assert type(run) is ShardRun
     return run
 
@@ -100,12 +99,12 @@ def test_membership_in_a_long_run_bisects_it(a: frozenset[Shard], probe: Shard) 
 
 
 def test_the_end_of_a_run() -> None:
-    run = run_of((Shard("a", 0), Shard("a", 1), Shard("b", 0)))
+    run = ShardRun((Shard("a", 0), Shard("a", 1), Shard("b", 0)))
     assert run_end(run) == Shard("b", 0)
     rest = run_without_end(run)
     assert type(rest) is ShardRun
     assert rest == frozenset({Shard("a", 0), Shard("a", 1)})
-    assert run_without_end(run_of((Shard("a", 0),))) is EMPTY
+    assert run_without_end(ShardRun((Shard("a", 0),))) is EMPTY
 
 
 @pytest.mark.parametrize("misuse", [
@@ -117,14 +116,14 @@ def test_the_end_of_a_run() -> None:
     lambda r: r <= (Shard("a", 0),),
 ])
 def test_a_run_cannot_be_combined_as_a_tuple(misuse: object) -> None:
-    run = run_of((Shard("a", 0), Shard("a", 1)))
+    run = ShardRun((Shard("a", 0), Shard("a", 1)))
     with pytest.raises(TypeError):
         misuse(run)  # type: ignore[operator]
 
 
 def test_a_run_is_not_equal_to_the_tuple_it_is_made_of() -> None:
     shards = (Shard("a", 0), Shard("a", 1))
-    run = run_of(shards)
+    run = ShardRun(shards)
     assert run != list(shards)
     assert run != shards and shards != run
     assert not (run == shards) and not (shards == run)  # noqa: SIM201 (== itself, not !=)

@@ -16,7 +16,9 @@ PYTHONHASHSEED) or on the insertion order of ``spec.members``. Wherever order de
 what, members are ordered by member id and shards by ``(topic, partition)``.
 
 Speed: the hot loops run per member or per moved shard, never per shard in Python; per-shard work
-(building sets, set algebra, slicing the cached shard tuples of `TopicMetadata`) runs in C.
+(building sets, set algebra, slicing the cached shard tuples of `TopicMetadata`) runs in C. A member
+dealt a run of consecutive shards gets it as a `ShardRun` (a sorted tuple that is a set to everyone
+else), not as a hash table of its own: building 5,000 tables was most of a large group's assignment.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from operator import attrgetter, is_
 from typing import NamedTuple
 
 from regroup.protocol.assignors.base import Assignment, GroupSpec, MemberSpec
-from regroup.protocol.shard import EMPTY, Shard, ShardRun, ShardSet, run_end, run_of, run_without_end
+from regroup.protocol.shard import EMPTY, Shard, ShardRun, ShardSet, run_end, run_without_end
 from regroup.protocol.topics import TopicMetadata
 
 __all__ = ["SubscriptionClass", "UniformAssignor", "subscription_classes"]
@@ -176,7 +178,7 @@ class UniformAssignor:
 
     Certification: checking that the ``current`` sets are valid and disjoint costs time in
     proportion to the whole assignment. The assignor remembers its last few homogeneous results;
-    when every non-empty ``current`` *is* (identity) the set it produced for that member in one of
+    when every non-empty ``current`` *is* (identity; or equals) the set it produced for that member in one of
     them, under the same topics and partition counts, the check and the search for unassigned
     shards are skipped, so a rebalance costs in proportion to the members and to what moves. The
     memory never changes an output, only how fast it is computed. It is bounded (see
@@ -243,7 +245,7 @@ class UniformAssignor:
                  unassigned: int) -> list[Shard] | None:
         """The unassigned shards, sorted, if a remembered result vouches for ``currents``.
 
-        It does when every non-empty current set *is* the set that result gave the same member:
+        It does when every non-empty current set is (or equals) the set that result gave the same member:
         then the current sets are valid and pairwise disjoint, and the shards of that result that
         nobody uses any more are exactly the unassigned ones.
         """
@@ -323,12 +325,12 @@ def _deal_fresh(mids: list[str], pool: Iterable[Shard], total: int) -> dict[str,
     order = sorted(mids)
     q, extra = divmod(total, len(order))
     # All in C: zip over q (+1) references to one iterator yields consecutive runs as tuples
-    # (reused by zip once run_of has copied them), without a list of the pool or slices.
+    # (reused by zip once ShardRun has copied them), without a list of the pool or slices.
     # islice stops before pulling from zip, so the longer runs take exactly their shards.
     # Each run becomes a `ShardRun` (the pool is in shard order): no hash table per member.
     it = iter(pool)
     longer = islice(zip(*[it] * (q + 1), strict=False), extra)
-    runs = map(run_of, chain(longer, zip(*[it] * q, strict=False) if q else ()))
+    runs: Iterable[ShardSet] = map(ShardRun, chain(longer, zip(*[it] * q, strict=False) if q else ()))
     final = dict(zip(order, runs, strict=False))  # shorter than `order` when q == 0
     if len(final) < len(order):
         final.update(dict.fromkeys(order[len(final):], EMPTY))
@@ -393,7 +395,7 @@ def _rebalance(mids: list[str], kept: list[ShardSet], pool: list[Shard],
         else:
             ordered = sorted(cur)
             revoked.extend(ordered[quota:])
-            changed[mids[i]] = run_of(ordered[:quota]) if quota else EMPTY
+            changed[mids[i]] = ShardRun(ordered[:quota]) if quota else EMPTY
     if revoked:
         revoked.sort()
         if pool:
@@ -416,7 +418,7 @@ def _rebalance(mids: list[str], kept: list[ShardSet], pool: list[Shard],
         end = pos + need
         cur = kept[i]
         # The pool is sorted and distinct, so a receiver that held nothing gets a run of it.
-        changed[mids[i]] = cur.union(pool[pos:end]) if cur else run_of(pool[pos:end])
+        changed[mids[i]] = cur.union(pool[pos:end]) if cur else ShardRun(pool[pos:end])
         pos = end
     assert pos == len(pool), "quotas must absorb the pool exactly"
     return changed
