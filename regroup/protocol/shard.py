@@ -137,7 +137,9 @@ class ShardRun(_RunBase):
             return len(self) == len(other) and self._set() == other
         if isinstance(other, tuple):
             return False  # as a frozenset is not equal to a tuple (tuple's own == would say it is)
-        return NotImplemented  # another kind of set (`ListedShards`) answers from its side
+        if isinstance(other, AbstractSet):  # a request's `ListedShards`, a dict's keys, ...
+            return len(self) == len(other) and all(map(other.__contains__, _iter_run(self)))
+        return NotImplemented
 
     def __ne__(self, other: object) -> bool:
         eq = self.__eq__(other)
@@ -160,29 +162,46 @@ class ShardRun(_RunBase):
 
     # With an empty other side (a member that held nothing: reconciliation's first step) the answer
     # is known without a table: nothing, or the run itself (immutable, so it may stand for itself).
+    # A mutable set on the left gets a set back, as it would from a frozenset; but ``s |= run``
+    # rebinds ``s`` to that new set instead of changing it in place (a run cannot reach into it).
     def __and__(self, other: Any) -> frozenset[Shard]:
-        return self._set() & _as_set(other) if other else EMPTY
+        o = _as_set(other)
+        return self._set() & o if o else EMPTY
 
-    def __rand__(self, other: Any) -> frozenset[Shard]:
-        return self._set() & _as_set(other) if other else EMPTY
+    def __rand__(self, other: Any) -> frozenset[Shard] | set[Shard]:
+        o = _as_set(other)
+        if isinstance(o, set):
+            return o & self._set()
+        return self._set() & o if o else EMPTY
 
     def __or__(self, other: Any) -> frozenset[Shard]:
-        return self._set() | _as_set(other) if other else self
+        o = _as_set(other)
+        return self._set() | o if o else self
 
-    def __ror__(self, other: Any) -> frozenset[Shard]:
-        return self._set() | _as_set(other) if other else self
+    def __ror__(self, other: Any) -> frozenset[Shard] | set[Shard]:
+        o = _as_set(other)
+        if isinstance(o, set):
+            return o | self._set()
+        return self._set() | o if o else self
 
     def __sub__(self, other: Any) -> frozenset[Shard]:
-        return self._set() - _as_set(other) if other else self
+        o = _as_set(other)
+        return self._set() - o if o else self
 
-    def __rsub__(self, other: Any) -> frozenset[Shard]:
-        return frozenset(_as_set(other)) - self._set() if other else EMPTY
+    def __rsub__(self, other: Any) -> frozenset[Shard] | set[Shard]:
+        o = _as_set(other)
+        if isinstance(o, set):
+            return o - self._set()
+        return o - self._set() if o else EMPTY
 
     def __xor__(self, other: Any) -> frozenset[Shard]:
         return self._set() ^ _as_set(other)
 
-    def __rxor__(self, other: Any) -> frozenset[Shard]:
-        return self._set() ^ _as_set(other)
+    def __rxor__(self, other: Any) -> frozenset[Shard] | set[Shard]:
+        o = _as_set(other)
+        if isinstance(o, set):
+            return o ^ self._set()
+        return self._set() ^ o
 
     def isdisjoint(self, other: Iterable[Any]) -> bool:
         if isinstance(other, (frozenset, set)):
@@ -221,6 +240,9 @@ class ShardRun(_RunBase):
         raise TypeError("a ShardRun is a set of shards: it cannot be repeated")
 
     __rmul__ = __mul__
+
+    def __radd__(self, other: object) -> Any:
+        raise TypeError("a ShardRun is a set of shards: combine sets with |")
 
     def count(self, *args: object) -> int:
         raise TypeError("a ShardRun is a set of shards: use `in`")

@@ -409,3 +409,32 @@ def test_memory_agrees_with_a_fresh_assignor_whatever_happened_to_its_result(
     got = warm.assign(after)
     assert got == UniformAssignor().assign(after)
     validate_assignment(after, got)
+
+
+def test_memory_of_cut_partitions_never_vouches_for_whole_ones() -> None:
+    """2 partitions cut in 2 key ranges count 4 shards, as 4 whole partitions do: a result for one
+    must not be taken for sets of the other (found by a review; the memory's key had no cuts)."""
+    warm = UniformAssignor()
+    cut = TopicMetadata({"t": 2}, {"t": 2})
+    members = {m: MemberSpec(m, frozenset({"t"})) for m in ("x", "y")}
+    out = warm.assign(GroupSpec(members, cut))
+    whole = GroupSpec({m: MemberSpec(m, frozenset({"t"}), out[m]) for m in members},
+                      TopicMetadata({"t": 4}))
+    got = warm.assign(whole)
+    validate_assignment(whole, got)
+    assert got == UniformAssignor().assign(whole)
+
+
+def test_memory_vouches_for_equal_copies_when_a_member_lost_its_shards() -> None:
+    """Equal copies of the remembered sets, and one member emptied: still certified (no full
+    check), and the emptied member's shards are dealt again."""
+    warm = UniformAssignor()
+    spec = spec_of({"a": 12}, {m: {"a"} for m in ("m1", "m2", "m3")})
+    out = warm.assign(spec)
+    copies = {m: MemberSpec(m, s.topics, frozenset(set(out[m])) if m != "m3" else EMPTY)
+              for m, s in spec.members.items()}
+    after = GroupSpec(copies, spec.topics)
+    got = warm.assign(after)
+    validate_assignment(after, got)
+    assert got == UniformAssignor().assign(after)
+    assert {m: len(v) for m, v in got.items()} == {"m1": 4, "m2": 4, "m3": 4}

@@ -129,3 +129,33 @@ def test_a_run_is_not_equal_to_the_tuple_it_is_made_of() -> None:
     assert not (run == shards) and not (shards == run)  # noqa: SIM201 (== itself, not !=)
     assert run == frozenset(shards)
     assert repr(run) == "ShardRun(a[0,1])"
+
+
+@given(_sets, _sets)
+def test_a_mutable_set_on_the_left_gets_a_set_back(a: frozenset[Shard], b: frozenset[Shard]) -> None:
+    rb = _run(b)
+    for op in (operator.and_, operator.or_, operator.sub, operator.xor):
+        got = op(set(a), rb)
+        assert type(got) is set
+        assert got == op(set(a), b)
+    s = set(a)
+    s |= rb  # rebinds s to a new set (a run cannot change it in place), with the right contents
+    assert type(s) is set and s == a | b
+
+
+@pytest.mark.parametrize("other", [None, [], (), 0, "", [Shard("a", 0)]])
+def test_only_sets_combine_with_a_run_even_empty_ones(other: object) -> None:
+    run = ShardRun((Shard("a", 0),))
+    for op in (operator.and_, operator.or_, operator.sub, operator.xor):
+        with pytest.raises(TypeError):
+            op(run, other)
+        with pytest.raises(TypeError):
+            op(other, run)
+
+
+def test_a_run_equals_any_set_of_its_shards() -> None:
+    run = ShardRun((Shard("a", 0), Shard("a", 1)))
+    assert run == {Shard("a", 0): 1, Shard("a", 1): 2}.keys()
+    assert run != {Shard("a", 0): 1}.keys()
+    with pytest.raises(TypeError):
+        (Shard("a", 2),) + run  # noqa: RUF005 (the refusal is the point)

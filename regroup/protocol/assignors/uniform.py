@@ -27,7 +27,7 @@ import heapq
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from itertools import chain, compress, filterfalse, islice, repeat
-from operator import attrgetter, is_
+from operator import attrgetter
 from typing import NamedTuple
 
 from regroup.protocol.assignors.base import Assignment, GroupSpec, MemberSpec
@@ -157,7 +157,9 @@ def topic_shards(metadata: TopicMetadata, topics: list[str]) -> list[tuple[Shard
 
 
 #: (subscribed topics, their partition counts in topic order): what a remembered result covers.
-_CertKey = tuple[frozenset[str], tuple[int, ...]]
+#: The topics' key-range cuts are part of it: 2 partitions cut in 2 ranges count 4 shards, as 4
+#: whole partitions do, and a result of one must never vouch for sets of the other.
+_CertKey = tuple[frozenset[str], tuple[int, ...], tuple[tuple[str, int], ...]]
 
 
 class UniformAssignor:
@@ -178,9 +180,10 @@ class UniformAssignor:
 
     Certification: checking that the ``current`` sets are valid and disjoint costs time in
     proportion to the whole assignment. The assignor remembers its last few homogeneous results;
-    when every non-empty ``current`` *is* (identity; or equals) the set it produced for that member in one of
-    them, under the same topics and partition counts, the check and the search for unassigned
-    shards are skipped, so a rebalance costs in proportion to the members and to what moves. The
+    when every non-empty ``current`` is (or equals) the set it produced for that member in one of
+    them, under the same topics, partition counts and key-range cuts, the check and the search for
+    unassigned shards are skipped, so a rebalance costs in proportion to the members and to what
+    moves. The
     memory never changes an output, only how fast it is computed. It is bounded (see
     ``_CERTIFIED_*``) and, like the rest of the protocol core, not meant for concurrent threads.
     """
@@ -218,6 +221,7 @@ class UniformAssignor:
         else:
             counts = tuple(map(metadata.units.__getitem__, sorted_topics))
         total = sum(counts)
+        key = (topics, counts, tuple(metadata.parallelism.items()))  # cuts: usually none
 
         final: dict[str, ShardSet]
         if not any(currents):
@@ -228,7 +232,7 @@ class UniformAssignor:
         else:
             held_sizes = list(map(len, currents))
             sizes: list[int] | None = held_sizes
-            found = self._certify((topics, counts), mids, currents, total - sum(held_sizes))
+            found = self._certify(key, mids, currents, total - sum(held_sizes))
             if found is not None:
                 kept, pool = currents, found
             else:
@@ -239,7 +243,7 @@ class UniformAssignor:
             final = dict(zip(mids, kept, strict=True))
             final.update(_rebalance(mids, kept, pool, total, sizes))
         out.update(final)
-        self._remember((topics, counts), final)
+        self._remember(key, final)
 
     def _certify(self, key: _CertKey, mids: list[str], currents: list[ShardSet],
                  unassigned: int) -> list[Shard] | None:
@@ -261,7 +265,9 @@ class UniformAssignor:
             if list(map(targets.get, mids, repeat(EMPTY))) != currents:
                 if used is None:
                     used = list(compress(mids, currents))
-                if not all(map(is_, map(targets.get, used), compress(currents, currents))):
+                    held = list(compress(currents, currents))
+                # Members holding nothing are free to differ (their shards were freed).
+                if list(map(targets.get, used)) != held:
                     continue
             results.append(results.pop(pos))  # most recently used last
             if unassigned == 0:
