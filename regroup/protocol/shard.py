@@ -259,7 +259,6 @@ _tuple_getitem = cast(Any, tuple.__getitem__)
 _iter_run = cast(Any, tuple.__iter__)
 
 
-
 def _as_set(other: object) -> frozenset[Any] | set[Any]:
     # The other side of a set operation, as the set it stands for (a run, or another set type such
     # as a request's `ListedShards`, is turned into its frozenset).

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from regroup.protocol.keyrange import MAX_PARALLELISM, range_shards
 from regroup.protocol.shard import Shard, shards_of
@@ -29,8 +30,6 @@ class TopicMetadata(Mapping[str, int]):
     #: Shards per topic (partitions × parallelism): the same object as ``partitions`` without ranges.
     units: Mapping[str, int] = field(init=False, repr=False, compare=False, hash=False)
     _shards: dict[str, tuple[Shard, ...]] = field(init=False, repr=False, compare=False, hash=False)
-    #: Every shard of every topic in order, once asked for (`all_shards`).
-    _all: list[tuple[Shard, ...]] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         for name, count in self.partitions.items():
@@ -48,7 +47,6 @@ class TopicMetadata(Mapping[str, int]):
         units = {t: n * cut.get(t, 1) for t, n in self.partitions.items()} if cut else self.partitions
         object.__setattr__(self, "units", units)
         object.__setattr__(self, "_shards", {})
-        object.__setattr__(self, "_all", [])
 
     def __getitem__(self, topic: str) -> int:
         return self.partitions[topic]
@@ -85,13 +83,12 @@ class TopicMetadata(Mapping[str, int]):
         except KeyError:
             return list(map(self.shards, topics))
 
+    @cached_property
     def all_shards(self) -> tuple[Shard, ...]:
         """Every shard of every topic, topics in name order: the shards in `Shard` order. Built
         once and kept, for assignors dealing a group that subscribes to every topic (walking one
         tuple costs a third of chaining the topics' tuples)."""
-        if not self._all:
-            self._all.append(tuple(s for t in self.partitions for s in self.shards(t)))
-        return self._all[0]
+        return tuple(s for t in self.partitions for s in self.shards(t))
 
     def contains(self, shard: Shard) -> bool:
         """True when the shard's topic exists and has that partition, and the shard is one of the

@@ -183,8 +183,7 @@ class UniformAssignor:
     when every non-empty ``current`` is (or equals) the set it produced for that member in one of
     them, under the same topics, partition counts and key-range cuts, the check and the search for
     unassigned shards are skipped, so a rebalance costs in proportion to the members and to what
-    moves. The
-    memory never changes an output, only how fast it is computed. It is bounded (see
+    moves. The memory never changes an output, only how fast it is computed. It is bounded (see
     ``_CERTIFIED_*``) and, like the rest of the protocol core, not meant for concurrent threads.
     """
 
@@ -226,22 +225,20 @@ class UniformAssignor:
         final: dict[str, ShardSet]
         if not any(currents):
             every = len(sorted_topics) == len(metadata.partitions)
-            shards = metadata.all_shards() if every else chain.from_iterable(
+            shards = metadata.all_shards if every else chain.from_iterable(
                 topic_shards(metadata, sorted_topics))
             final = _deal_fresh(mids, shards, total)
         else:
-            held_sizes = list(map(len, currents))
-            sizes: list[int] | None = held_sizes
-            found = self._certify(key, mids, currents, total - sum(held_sizes))
+            sizes = list(map(len, currents))
+            found = self._certify(key, mids, currents, total - sum(sizes))
             if found is not None:
                 kept, pool = currents, found
             else:
                 universe = list(chain.from_iterable(topic_shards(metadata, sorted_topics)))
                 kept, pool = _kept_shards(mids, currents, universe, total)
-                sizes = None if kept is not currents else sizes
             # Members absent from the changes keep exactly their kept set (often `current` itself).
             final = dict(zip(mids, kept, strict=True))
-            final.update(_rebalance(mids, kept, pool, total, sizes))
+            final.update(_rebalance(mids, kept, pool, total, sizes if kept is currents else None))
         out.update(final)
         self._remember(key, final)
 
@@ -249,9 +246,9 @@ class UniformAssignor:
                  unassigned: int) -> list[Shard] | None:
         """The unassigned shards, sorted, if a remembered result vouches for ``currents``.
 
-        It does when every non-empty current set is (or equals) the set that result gave the same member:
-        then the current sets are valid and pairwise disjoint, and the shards of that result that
-        nobody uses any more are exactly the unassigned ones.
+        It does when every non-empty current set is (or equals) the set that result gave the same
+        member: then the current sets are valid and pairwise disjoint, and the shards of that result
+        that nobody uses any more are exactly the unassigned ones.
         """
         results = self._certified.get(key)
         if not results:
