@@ -38,8 +38,8 @@ def wait_for(what: str, check: Callable[[], T | None], timeout: float = 60) -> T
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
-def coordinator(tmp_path: Path, *extra: str) -> ServerProc:
-    return start_server(tmp_path / "data", "--failover-grace-ms", str(GRACE_MS), "--session-timeout-ms",
+def coordinator(tmp_path: Path, *extra: str, grace_ms: int = GRACE_MS) -> ServerProc:
+    return start_server(tmp_path / "data", "--failover-grace-ms", str(grace_ms), "--session-timeout-ms",
                         str(SESSION_MS), *extra)
 
 
@@ -176,7 +176,12 @@ def test_after_a_coordinator_restart_a_member_that_died_meanwhile_is_fenced_and_
     log = open_log(str(log_dir))
     log.create_topic("orders", PARTITIONS)
     log.close()
-    s = coordinator(tmp_path, "--log", str(log_dir), "--heartbeat-interval-ms", str(interval_ms))
+    # The live members must reconnect within an interval plus the grace of the restart, and a
+    # member's channel may wait up to 2 s (its longest reconnect back-off) before it tries again: a
+    # 1 s grace lost that race once on a loaded machine (a live member fenced). 5 s is still far
+    # from the session timeout this test tells apart from.
+    s = coordinator(tmp_path, "--log", str(log_dir), "--heartbeat-interval-ms", str(interval_ms),
+                    grace_ms=5_000)
     procs = {name: consumer(tmp_path, s.address, log_dir, name) for name in ("keeper", "other", "victim")}
     c = CoordinatorClient(s.address, timeout_s=10)
     try:
