@@ -43,6 +43,15 @@ class Proxy:
         return f"127.0.0.1:{self.port}"
 
     @property
+    def open_ends(self) -> int:
+        """Relayed connection ends open now (two per connection: the member's and the coordinator's).
+
+        A connection its client closed stays counted until both directions have drained, which the
+        loop does on its own time: wait for this to settle rather than assume it.
+        """
+        return len(self._conns)
+
+    @property
     def cut_now(self) -> bool:
         return self._server is None
 

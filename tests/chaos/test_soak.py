@@ -9,6 +9,8 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -128,6 +130,13 @@ def _echo_server() -> tuple[socket.socket, str]:
     return srv, f"127.0.0.1:{srv.getsockname()[1]}"
 
 
+def _wait_for(cond: Callable[[], bool], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout  # a bound for a hang, not the expected wait
+    while not cond():
+        assert time.monotonic() < deadline, "the proxy's relayed connections did not settle"
+        time.sleep(0.01)
+
+
 def _roundtrip(address: str) -> bytes:
     host, _, port = address.rpartition(":")
     with socket.create_connection((host, int(port)), timeout=5) as s:
@@ -145,6 +154,9 @@ def test_the_proxy_relays_cuts_every_connection_refuses_and_restores() -> None:
         held = socket.create_connection((host, int(port)), timeout=5)
         held.sendall(b"held")
         assert held.recv(4) == b"held"
+        # The first round trip's connection ends on the loop's own time (its client closed it; the
+        # relay drains both directions first): wait for it to go, so only the held one is cut.
+        _wait_for(lambda: proxy.open_ends == 2)
         assert proxy.cut() == 2  # the held connection: both ends
         with pytest.raises(OSError):
             held.sendall(b"more")
