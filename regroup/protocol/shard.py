@@ -16,8 +16,9 @@ must see that use `overlaps`, never equality.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 #: The key space of every partition: a record belongs to the range holding its key hash.
@@ -281,6 +282,22 @@ def run_without_end(run: ShardRun) -> ShardSet:
     """The run without its last shard (still a run; ``EMPTY`` when that was the only one)."""
     rest = _tuple_getitem(run, slice(0, -1))
     return ShardRun(rest) if rest else EMPTY
+
+
+def run_ends(runs: list[ShardRun]) -> list[Shard]:
+    """`run_end` of each of ``runs`` (none empty), in one pass in C."""
+    return list(map(_last, runs))
+
+
+def runs_without_ends(runs: list[ShardRun]) -> Iterator[ShardSet]:
+    """`run_without_end` of each of ``runs`` (each at least two shards long: each stays a run)."""
+    return map(ShardRun, map(_all_but_last, runs))
+
+
+# A run's positions are the tuple's own (`ShardRun` keeps tuple indexing): read in C. (To the type
+# checker a run is a frozenset, which has no positions.)
+_last = cast("Callable[[ShardRun], Shard]", itemgetter(-1))
+_all_but_last = cast("Callable[[ShardRun], tuple[Shard, ...]]", itemgetter(slice(0, -1)))
 
 
 def shards_of(topic: str, partitions: int) -> tuple[Shard, ...]:

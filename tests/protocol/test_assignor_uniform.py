@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Mapping
+from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,6 +21,7 @@ from regroup.protocol.assignors import (
     default_registry,
     validate_assignment,
 )
+from regroup.protocol.assignors.uniform_scan import scan_grown_python
 from regroup.protocol.shard import EMPTY, Shard, ShardSet
 from regroup.protocol.topics import TopicMetadata
 
@@ -391,8 +393,9 @@ def test_memory_agrees_with_a_fresh_assignor_whatever_happened_to_its_result(
     """The certification memory vouches only for what it may: after its own result, members leave,
     lose their shards, hold copies of theirs (equal, other objects) or join; the warm assignor's
     answer is always a fresh one's, and valid."""
-    warm = UniformAssignor()
+    warm, twin = UniformAssignor(), UniformAssignor()
     out = warm.assign(spec)
+    assert twin.assign(spec) == out
     sub = next(iter(spec.members.values())).topics
     members: dict[str, MemberSpec] = {}
     for mid, m in spec.members.items():
@@ -407,8 +410,15 @@ def test_memory_agrees_with_a_fresh_assignor_whatever_happened_to_its_result(
         return
     after = GroupSpec(members, spec.topics)
     got = warm.assign(after)
-    assert got == UniformAssignor().assign(after)
+    fresh = UniformAssignor().assign(after)
+    assert got == fresh
+    assert list(got) == list(fresh)  # the same order of members, whichever path computed it
+    # A member that keeps exactly the shards it holds gets the very object back.
+    assert all(got[m] is s.current for m, s in members.items() if got[m] and got[m] == s.current)
     validate_assignment(after, got)
+    # The warm path for a group that only grew, with the C pass's Python twin: the same answer.
+    with mock.patch("regroup.protocol.assignors.uniform.scan_grown", scan_grown_python):
+        assert twin.assign(after) == got
 
 
 def test_memory_of_cut_partitions_never_vouches_for_whole_ones() -> None:

@@ -19,19 +19,32 @@ Speed: the hot loops run per member or per moved shard, never per shard in Pytho
 (building sets, set algebra, slicing the cached shard tuples of `TopicMetadata`) runs in C. A member
 dealt a run of consecutive shards gets it as a `ShardRun` (a sorted tuple that is a set to everyone
 else), not as a hash table of its own: building 5,000 tables was most of a large group's assignment.
+A group that is the assignor's last result plus joiners (the usual rebalance) takes a shorter path
+to the same output: one pass over the members, in C, recognises it (`uniform_scan`), and the moves
+are computed among the members off quota only.
 """
 
 from __future__ import annotations
 
 import heapq
 from bisect import bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import chain, compress, filterfalse, islice, repeat
 from operator import attrgetter
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from regroup.protocol.assignors.base import Assignment, GroupSpec, MemberSpec
-from regroup.protocol.shard import EMPTY, Shard, ShardRun, ShardSet, run_end, run_without_end
+from regroup.protocol.assignors.uniform_scan import scan_grown
+from regroup.protocol.shard import (
+    EMPTY,
+    Shard,
+    ShardRun,
+    ShardSet,
+    run_end,
+    run_ends,
+    run_without_end,
+    runs_without_ends,
+)
 from regroup.protocol.topics import TopicMetadata
 
 __all__ = ["SubscriptionClass", "UniformAssignor", "subscription_classes"]
@@ -156,10 +169,38 @@ def topic_shards(metadata: TopicMetadata, topics: list[str]) -> list[tuple[Shard
     return metadata.shards_of_topics(topics)
 
 
-#: (subscribed topics, their partition counts in topic order): what a remembered result covers.
-#: The topics' key-range cuts are part of it: 2 partitions cut in 2 ranges count 4 shards, as 4
-#: whole partitions do, and a result of one must never vouch for sets of the other.
-_CertKey = tuple[frozenset[str], tuple[int, ...], tuple[tuple[str, int], ...]]
+class _CertKey:
+    """What a remembered result covers: the subscribed topics, their shard counts in topic order
+    and the topics' key-range cuts (``total``, the sum of the counts, follows from them).
+
+    The cuts are part of it: 2 partitions cut in 2 ranges count 4 shards, as 4 whole partitions do,
+    and a result of one must never vouch for sets of the other. A key hashes once: with 1000 topics
+    hashing its counts costs microseconds, and the memory looks a key up on every assignment.
+    """
+
+    __slots__ = ("_hash", "_value", "total")
+
+    def __init__(self, topics: frozenset[str], counts: tuple[int, ...],
+                 cuts: tuple[tuple[str, int], ...]) -> None:
+        self._value = (topics, counts, cuts)
+        self._hash = hash(self._value)
+        self.total = sum(counts)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, _CertKey) and self._value == other._value)
+
+
+def _cert_key(metadata: TopicMetadata, topics: frozenset[str], sorted_topics: list[str]) -> _CertKey:
+    """The memory's key of a group subscribing to ``topics`` (all in ``metadata``, sorted in
+    ``sorted_topics``)."""
+    if len(sorted_topics) == len(metadata.partitions):
+        counts = tuple(metadata.units.values())  # the same order, see sorted_topic_names
+    else:
+        counts = tuple(map(metadata.units.__getitem__, sorted_topics))
+    return _CertKey(topics, counts, tuple(metadata.parallelism.items()))  # cuts: usually none
 
 
 class UniformAssignor:
@@ -194,9 +235,14 @@ class UniformAssignor:
         # cover the key's shards exactly. Dict order is the LRU order of the keys.
         self._certified: dict[_CertKey, list[dict[str, ShardSet]]] = {}
         self._certified_shards = 0  # sum over remembered results of the shards they cover
+        # (metadata, topics, their key) of the last `_key_of`: the objects are held, not their ids.
+        self._last_key: tuple[TopicMetadata, frozenset[str], _CertKey | None] | None = None
 
     def assign(self, spec: GroupSpec) -> Assignment:
         """Compute the target assignment of ``spec`` (an entry for every member)."""
+        grown = self._assign_grown(spec)
+        if grown is not None:
+            return grown
         out: Assignment = {}
         classes, idle = subscription_classes(spec)
         for mid in idle:
@@ -212,15 +258,62 @@ class UniformAssignor:
 
     # -- homogeneous ------------------------------------------------------------------------------
 
+    def _assign_grown(self, spec: GroupSpec) -> Assignment | None:
+        """The assignment of a group that is a remembered result plus joiners; None for any other.
+
+        The usual rebalance (members join one by one, everyone else holds what it was given) in
+        one pass over the members (`scan_grown`) and the moves balance needs, with the same output
+        as the general path (the same rules, the same order of members).
+        """
+        members = spec.members
+        if not members or type(members) is not dict:
+            return None
+        topics = next(iter(members.values())).topics
+        key = self._key_of(spec.topics, topics)
+        if key is None:
+            return None
+        results = self._certified.get(key)
+        if not results:
+            return None
+        total = key.total
+        quota = total // len(members)
+        for pos in range(len(results) - 1, -1, -1):
+            grown = scan_grown(members, results[pos], topics, EMPTY, quota)
+            if grown is not None:
+                break
+        else:
+            return None
+        final, off_mids, off_sets, off_sizes, held = grown
+        if held != total:  # a result covers its key's shards: only a corrupted memory lands here
+            return None
+        results.append(results.pop(pos))  # most recently used last
+
+        def at_quota() -> tuple[list[str], list[ShardSet]]:
+            level = [(mid, s) for mid, s in final.items() if len(s) == quota]
+            return [mid for mid, _ in level], [s for _, s in level]
+
+        # Members absent from the changes keep exactly their current set (the object itself).
+        final.update(_rebalance(off_mids, off_sets, [], total, off_sizes, len(members), at_quota))
+        self._remember(key, final)
+        return dict(final)  # the caller's to keep or change; the memory keeps its own
+
+    def _key_of(self, metadata: TopicMetadata, topics: frozenset[str]) -> _CertKey | None:
+        """The memory's key for a group subscribing to ``topics``; None if some topic is missing
+        (or none is subscribed). The last answer is kept: a coordinator passes the same metadata
+        and subscription objects from one rebalance to the next."""
+        last = self._last_key
+        if last is not None and last[0] is metadata and last[1] is topics:
+            return last[2]
+        key = (_cert_key(metadata, topics, sorted_topic_names(metadata, topics))
+               if topics and topics <= metadata.partitions.keys() else None)
+        self._last_key = (metadata, topics, key)
+        return key
+
     def _homogeneous(self, metadata: TopicMetadata, topics: frozenset[str], mids: list[str],
                      currents: list[ShardSet], out: Assignment) -> None:
         sorted_topics = sorted_topic_names(metadata, topics)
-        if len(sorted_topics) == len(metadata.partitions):
-            counts = tuple(metadata.units.values())  # the same order, see sorted_topic_names
-        else:
-            counts = tuple(map(metadata.units.__getitem__, sorted_topics))
-        total = sum(counts)
-        key = (topics, counts, tuple(metadata.parallelism.items()))  # cuts: usually none
+        key = _cert_key(metadata, topics, sorted_topics)
+        total = key.total
 
         final: dict[str, ShardSet]
         if not any(currents):
@@ -275,7 +368,7 @@ class UniformAssignor:
         return None
 
     def _remember(self, key: _CertKey, targets: dict[str, ShardSet]) -> None:
-        per_result = sum(key[1])
+        per_result = key.total
         results = self._certified.pop(key, None)
         if results is None:
             results = []
@@ -288,7 +381,7 @@ class UniformAssignor:
         while len(self._certified) > 1 and (len(self._certified) > _CERTIFIED_KEYS
                                             or self._certified_shards > _CERTIFIED_SHARDS):
             oldest = next(iter(self._certified))
-            self._certified_shards -= sum(oldest[1]) * len(self._certified.pop(oldest))
+            self._certified_shards -= oldest.total * len(self._certified.pop(oldest))
 
 
 def _kept_shards(mids: list[str], currents: list[ShardSet], universe: list[Shard],
@@ -352,35 +445,54 @@ def _where(sizes: list[int], value: int, count: int) -> list[int]:
     return found
 
 
-def _rebalance(mids: list[str], kept: list[ShardSet], pool: list[Shard],
-               total: int, sizes: list[int] | None = None) -> dict[str, ShardSet]:
+def _rebalance(mids: list[str], kept: list[ShardSet], pool: list[Shard], total: int,
+               sizes: list[int] | None = None, members: int | None = None,
+               at_quota: Callable[[], tuple[list[str], list[ShardSet]]] | None = None,
+               ) -> dict[str, ShardSet]:
     """Quotas, revocations and hand-outs; returns only the members whose set changes.
-    ``sizes``: the lengths of ``kept``, when the caller has them."""
-    n = len(mids)
+
+    ``sizes``: the lengths of ``kept``, when the caller has them. A caller may pass only the
+    members whose size is not the quota (``total // members``; ``members`` is then the whole
+    group's count) with ``at_quota`` giving the others' ids and sets, asked only when spare slots
+    must go to members at the quota.
+    """
+    n = len(mids) if members is None else members
     q, extra = divmod(total, n)
     if sizes is None:
         sizes = list(map(len, kept))
-    values = set(sizes)
     over: list[int] = []
     under: list[int] = []
-    if len(values) <= 8:
+    values = set(sizes)
+    if members is None and len(values) <= 8:
         # Few distinct sizes (the usual case: q, q + 1 and a joiner's 0): counting and scanning in
         # C beats a Python pass over every member.
         for v in sorted(values):
             if v != q:
                 (over if v > q else under).extend(_where(sizes, v, sizes.count(v)))
-    else:
+    else:  # many sizes, or only the members off quota were passed (usually a few)
         over = [i for i, s in enumerate(sizes) if s > q]
         under = [i for i, s in enumerate(sizes) if s < q]
 
     # The extra slots go to members above q first: each such slot saves one move.
     if len(over) > extra:
-        over.sort(key=mids.__getitem__)
+        if extra:  # without extra slots every member above q keeps q, whatever the order
+            over.sort(key=mids.__getitem__)
         spare = 0
     else:
         spare = extra - len(over)
     changed: dict[str, ShardSet] = {}
     revoked: list[Shard] = []
+    if q and over and list(map(sizes.__getitem__, over)).count(q + 1) == len(over):
+        # The usual case (a member joined a balanced group): everyone above q holds q + 1, the
+        # first `extra` of them keep it and the others give up their largest shard. Runs, which
+        # know their largest shard, are done in one batch in C.
+        giving = over[extra:]
+        held = list(map(kept.__getitem__, giving))
+        if list(map(type, held)).count(ShardRun) == len(held):
+            runs = cast("list[ShardRun]", held)
+            revoked = run_ends(runs)
+            changed = dict(zip(map(mids.__getitem__, giving), runs_without_ends(runs), strict=True))
+            over = []  # done
     for rank, i in enumerate(over):
         quota = q + 1 if rank < extra else q
         cur = kept[i]
@@ -414,7 +526,13 @@ def _rebalance(mids: list[str], kept: list[ShardSet], pool: list[Shard],
     under.sort(key=mids.__getitem__)
     receivers = [(i, q - sizes[i] + (rank < spare)) for rank, i in enumerate(under)]
     if spare > len(under):
-        level = sorted(_where(sizes, q, sizes.count(q)), key=mids.__getitem__)
+        if at_quota is None:
+            level = _where(sizes, q, sizes.count(q))
+        else:  # the members at quota were left out of the lists: append them
+            level_mids, level_sets = at_quota()
+            level = list(range(len(mids), len(mids) + len(level_mids)))
+            mids, kept = mids + level_mids, kept + level_sets
+        level.sort(key=mids.__getitem__)
         receivers.extend((i, 1) for i in level[:spare - len(under)])
     pos = 0
     for i, need in receivers:
