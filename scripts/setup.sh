@@ -32,6 +32,20 @@ if ! command -v chromium >/dev/null; then
          "install chromium, or set REGROUP_SKIP_BROWSER=1 to skip them)." >&2
   fi
 fi
+# A C compiler and Python's headers for the uniform assignor's C pass (regroup/protocol/assignors/
+# _uniform_scan.c, built by the install below): install them with apt when missing and we are root.
+# Without them the install still works and the assignor uses its Python twin (slower).
+if ! command -v cc >/dev/null || ! "$PYTHON" -c 'import os, sysconfig, sys
+sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")) else 1)'; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing a C compiler and Python's headers (for the uniform assignor's C pass) with apt-get..."
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc python3-dev >/dev/null
+  else
+    echo "note: a C compiler or Python's headers were not found; the uniform assignor will use its" \
+         "slower Python path (e.g. sudo apt-get install gcc python3-dev)." >&2
+  fi
+fi
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi

@@ -266,9 +266,12 @@ class UniformAssignor:
         as the general path (the same rules, the same order of members).
         """
         members = spec.members
-        if not members or type(members) is not dict:
-            return None
+        if not self._certified or not members or type(members) is not dict:
+            return None  # (nothing remembered: a first assignment)
         topics = next(iter(members.values())).topics
+        last = next(reversed(members.values())).topics
+        if last is not topics and last != topics:  # several subscriptions: not for this path
+            return None
         key = self._key_of(spec.topics, topics)
         if key is None:
             return None
@@ -297,22 +300,29 @@ class UniformAssignor:
         self._remember(key, final)
         return dict(final)  # the caller's to keep or change; the memory keeps its own
 
-    def _key_of(self, metadata: TopicMetadata, topics: frozenset[str]) -> _CertKey | None:
+    def _key_of(self, metadata: TopicMetadata, topics: frozenset[str],
+                sorted_topics: list[str] | None = None) -> _CertKey | None:
         """The memory's key for a group subscribing to ``topics``; None if some topic is missing
         (or none is subscribed). The last answer is kept: a coordinator passes the same metadata
-        and subscription objects from one rebalance to the next."""
+        object from one rebalance to the next, and the same subscription (an equal object, which
+        costs a comparison instead of the key's sort and hash)."""
         last = self._last_key
-        if last is not None and last[0] is metadata and last[1] is topics:
+        if last is not None and last[0] is metadata and (last[1] is topics or last[1] == topics):
             return last[2]
-        key = (_cert_key(metadata, topics, sorted_topic_names(metadata, topics))
-               if topics and topics <= metadata.partitions.keys() else None)
+        if not topics or not topics <= metadata.partitions.keys():
+            key = None
+        else:
+            if sorted_topics is None:
+                sorted_topics = sorted_topic_names(metadata, topics)
+            key = _cert_key(metadata, topics, sorted_topics)
         self._last_key = (metadata, topics, key)
         return key
 
     def _homogeneous(self, metadata: TopicMetadata, topics: frozenset[str], mids: list[str],
                      currents: list[ShardSet], out: Assignment) -> None:
         sorted_topics = sorted_topic_names(metadata, topics)
-        key = _cert_key(metadata, topics, sorted_topics)
+        key = self._key_of(metadata, topics, sorted_topics)  # often the one `_assign_grown` made
+        assert key is not None, "a subscription class holds existing topics only"
         total = key.total
 
         final: dict[str, ShardSet]
