@@ -157,3 +157,19 @@ def test_moves_from_the_members_off_quota_are_those_from_everyone(
                         [len(kept[i]) for i in off], len(mids), at_quota)
     assert sparse == everyone
     assert len(at_quota_calls) <= 1
+
+
+def test_a_member_type_changed_after_its_slots_were_learned_is_read_again() -> None:
+    """The C pass reads `topics` and `current` from a slotted type's slots once it has seen the
+    type; a type given a `current` property since then is read through the property."""
+
+    class Late(MemberSpec):
+        __slots__ = ()
+
+    pool = _shards(4)
+    targets: dict[str, ShardSet] = {"m1": ShardRun(pool[:2]), "m2": ShardRun(pool[2:])}
+    members = {m: Late(m, TOPICS, s) for m, s in targets.items()}
+    assert scan_grown(members, targets, TOPICS, EMPTY, 2) is not None  # learned, grown
+    Late.current = property(lambda self: EMPTY, lambda self, value: None)  # type: ignore[assignment]
+    assert scan_grown(members, targets, TOPICS, EMPTY, 2) is None  # everyone now holds nothing
+    assert scan_grown_python(members, targets, TOPICS, EMPTY, 2) is None

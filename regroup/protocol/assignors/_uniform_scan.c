@@ -26,9 +26,18 @@ static PyObject *str_topics;
 static PyObject *str_current;
 
 /* Where a member type keeps `topics` and `current` when they are plain slots (a slotted dataclass
- * such as MemberSpec): read straight from the object, as the slot's descriptor would. */
+ * such as MemberSpec): read straight from the object, as the slot's descriptor would. Learned from
+ * the type's descriptors and trusted while the type's version tag is the one they were read at (a
+ * type changed since, e.g. given a property, has another tag, so its attributes are read again). */
 static PyTypeObject *slotted_type;
+static unsigned int slotted_tag;
 static Py_ssize_t topics_offset, current_offset;
+
+static int
+slots_known(PyTypeObject *type)
+{
+    return type == slotted_type && slotted_tag != 0 && type->tp_version_tag == slotted_tag;
+}
 
 static Py_ssize_t
 slot_offset(PyTypeObject *type, PyObject *name)
@@ -40,11 +49,11 @@ slot_offset(PyTypeObject *type, PyObject *name)
     return def->type == T_OBJECT_EX ? def->offset : -1;
 }
 
-/* A new reference to spec.<name>, from its slot when the type is the slotted one. */
+/* A new reference to spec.<name>, from its slot when its type's slots are known. */
 static PyObject *
 member_attr(PyObject *spec, PyObject *name, Py_ssize_t offset)
 {
-    if (Py_TYPE(spec) == slotted_type) {
+    if (slots_known(Py_TYPE(spec))) {
         PyObject *value = *(PyObject **)((char *)spec + offset);
         if (value != NULL) {
             Py_INCREF(value);
@@ -58,13 +67,12 @@ static void
 learn_slots(PyObject *spec)
 {
     PyTypeObject *type = Py_TYPE(spec);
-    if (type == slotted_type)
-        return;
     Py_ssize_t t = slot_offset(type, str_topics), c = slot_offset(type, str_current);
     if (t < 0 || c < 0)
-        return;
+        return;  /* not plain slots: read through getattr */
     Py_INCREF(type);
     Py_XSETREF(slotted_type, type);
+    slotted_tag = type->tp_version_tag;  /* set by the lookups above (0: the type has none) */
     topics_offset = t;
     current_offset = c;
 }
@@ -94,10 +102,12 @@ held_as_remembered(PyObject *mid, PyObject *spec, PyObject *targets, PyObject *t
     PyObject *current = member_attr(spec, str_current, current_offset);
     if (current == NULL)
         return NULL;
-    PyObject *target = PyDict_GetItemWithError(targets, mid);  /* borrowed */
+    PyObject *target = PyDict_GetItemWithError(targets, mid);  /* borrowed: held while compared */
     if (target != NULL) {
         ++*old;
+        Py_INCREF(target);
         ok = same(current, target);
+        Py_DECREF(target);
     } else {
         ok = PyErr_Occurred() ? -1 : same(current, empty);  /* not remembered: a joiner */
     }
@@ -134,11 +144,17 @@ scan_grown(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t pos = 0, old = 0, total = 0;
     PyObject *mid, *spec;
     while (PyDict_Next(members, &pos, &mid, &spec)) {
-        if (Py_TYPE(spec) != slotted_type)  /* the first member, or another type */
+        if (!slots_known(Py_TYPE(spec)))  /* the first member, or another type */
             learn_slots(spec);
+        /* Held while comparisons run Python code (a set's __eq__) that could drop the dict's own. */
+        Py_INCREF(mid);
+        Py_INCREF(spec);
         PyObject *current = held_as_remembered(mid, spec, targets, topics, empty, &old);
-        if (current == NULL)
+        Py_DECREF(spec);
+        if (current == NULL) {
+            Py_DECREF(mid);
             goto fail;
+        }
         Py_ssize_t size = PyObject_Size(current);
         int bad = size < 0 || PyDict_SetItem(final, mid, current) < 0;
         if (!bad && size != quota) {
@@ -148,6 +164,7 @@ scan_grown(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             Py_XDECREF(size_obj);
         }
         Py_DECREF(current);
+        Py_DECREF(mid);
         if (bad)
             goto fail;
         total += size;
