@@ -14,7 +14,7 @@ from regroup.protocol.assignors import (
     RangeAssignor,
     validate_assignment,
 )
-from regroup.protocol.shard import EMPTY, Shard, group_by_topic
+from regroup.protocol.shard import EMPTY, Shard, ShardRun, group_by_topic
 from regroup.protocol.topics import TopicMetadata
 
 PROPS = settings(max_examples=100, deadline=None)
@@ -81,6 +81,20 @@ def test_unchanged_ranges_return_the_current_object() -> None:
 NAMES = ["a", "b", "c", "d"]
 
 
+def test_ranges_in_shard_order_are_runs_and_answer_as_sets() -> None:
+    """One topic, or at most one partition per member: each member's range is a `ShardRun` (no hash
+    table per member), and it answers as the equal frozenset, long runs (bisected) included."""
+    one_topic = run(spec_of({"t": 100}, {"m1": {"t"}, "m2": {"t"}}))
+    assert all(type(v) is ShardRun for v in one_topic.values())
+    assert one_topic["m1"] == S("t", *range(50)) and Shard("t", 49) in one_topic["m1"]
+    assert Shard("t", 50) not in one_topic["m1"] and Shard("t", 50) in one_topic["m2"]
+    co = run(spec_of({"a": 2, "b": 2}, {"m1": {"a", "b"}, "m2": {"a", "b"}, "m3": {"a", "b"}}))
+    assert co["m1"] == S("a", 0) | S("b", 0) and type(co["m1"]) is ShardRun and co["m3"] == EMPTY
+    # Two partitions each of two topics: partition-major, not in shard order: frozensets.
+    wide = run(spec_of({"a": 4, "b": 4}, {"m1": {"a", "b"}, "m2": {"a", "b"}}))
+    assert wide["m1"] == S("a", 0, 1) | S("b", 0, 1) and type(wide["m1"]) is frozenset
+
+
 @st.composite
 def specs(draw: st.DrawFn) -> GroupSpec:
     topics = {t: draw(st.integers(1, 9))
@@ -118,6 +132,10 @@ def member_order(spec: GroupSpec) -> list[str]:
 def test_range_properties(spec: GroupSpec, data: st.DataObject) -> None:
     out = RangeAssignor().assign(spec)
     validate_assignment(spec, out)
+    # A member's set may be a ShardRun only when its shards are in shard order (its invariant).
+    for shards in out.values():
+        if type(shards) is ShardRun:
+            assert list(shards) == sorted(set(shards)), shards
     order = member_order(spec)
     for topic, count in spec.topics.items():
         subscribers = [m for m in order if topic in spec.members[m].topics]

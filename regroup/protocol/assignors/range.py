@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import chain, compress, filterfalse, islice
 from operator import attrgetter, contains, itemgetter, not_
 
@@ -13,7 +13,7 @@ from regroup.protocol.assignors.uniform import (
     subscription_classes,
     topic_shards,
 )
-from regroup.protocol.shard import EMPTY, Shard
+from regroup.protocol.shard import EMPTY, Shard, ShardRun, ShardSet
 from regroup.protocol.topics import TopicMetadata
 
 __all__ = ["RangeAssignor"]
@@ -87,7 +87,8 @@ class RangeAssignor:
             ((subscribing, count), topics), = layouts.items()
             subscribers = subscribers_of(subscribing)
             runs = list(_run_tuples(metadata, topics, count, len(subscribers)))
-            self._finish(spec, subscribers[:count], runs, out)
+            make = ShardRun if _in_shard_order(topics, count, len(subscribers)) else frozenset
+            self._finish(spec, subscribers[:count], runs, out, make)
             out.update(dict.fromkeys(order[count:], EMPTY))  # more members than partitions
             return out
 
@@ -96,13 +97,16 @@ class RangeAssignor:
             # Every class is in one layout (e.g. disjoint subscriptions, one partition count each):
             # every member gets at most one range, each a tuple of consecutive shards, all in C.
             single: dict[str, Sequence[Shard]] = {}
+            in_order = True
             for (subscribing, count), topics in layouts.items():
                 subscribers = subscribers_of(subscribing)
                 tuples = _run_tuples(metadata, topics, count, len(subscribers))
                 single.update(zip(subscribers, tuples, strict=False))
+                in_order = in_order and _in_shard_order(topics, count, len(subscribers))
             out.update(dict.fromkeys(filterfalse(single.__contains__, order), EMPTY))
             served = list(filter(single.__contains__, order))
-            self._finish(spec, served, list(map(single.__getitem__, served)), out)
+            self._finish(spec, served, list(map(single.__getitem__, served)), out,
+                         ShardRun if in_order else frozenset)
             return out
 
         # ranges[mid]: the member's ranges, each one slice of a layout's shards.
@@ -129,21 +133,22 @@ class RangeAssignor:
 
     @staticmethod
     def _finish(spec: GroupSpec, mids: list[str], runs: Sequence[Sequence[Shard]],
-                out: Assignment) -> None:
-        """Freeze each member's (non-empty) run of shards, handing back its ``current`` object
-        when they are equal."""
+                out: Assignment, make: Callable[[Sequence[Shard]], ShardSet] = frozenset) -> None:
+        """Freeze each member's (non-empty) run of shards with ``make``, handing back its
+        ``current`` object when they are equal. ``make`` is `ShardRun` only when every run is in
+        shard order (`_in_shard_order`): a set without a hash table per member."""
         currents = list(map(_current_of, map(spec.members.__getitem__, mids)))
         if not any(currents):  # nothing to compare with: build every set in C
-            out.update(zip(mids, map(frozenset, runs), strict=True))
+            out.update(zip(mids, map(make, runs), strict=True))
             return
         # A member whose first shard is not in its current set has changed (the usual case when a
         # boundary moves): found, and its set built, in C. The others are compared one by one.
         maybe = list(map(contains, currents, map(_first, runs)))
         out.update(dict.fromkeys(mids, EMPTY))  # the members' places, in order; values follow
         changed = list(map(not_, maybe))
-        out.update(zip(compress(mids, changed), map(frozenset, compress(runs, changed)), strict=True))
+        out.update(zip(compress(mids, changed), map(make, compress(runs, changed)), strict=True))
         for mid, cur, shards in compress(zip(mids, currents, runs, strict=True), maybe):
-            out[mid] = cur if len(cur) == len(shards) and cur.issuperset(shards) else frozenset(shards)
+            out[mid] = cur if len(cur) == len(shards) and cur.issuperset(shards) else make(shards)
 
 
 _current_of = attrgetter("current")
@@ -171,6 +176,13 @@ def _ranges(metadata: TopicMetadata, topics: list[str], count: int,
     ends = chain(range(long_run, cut + 1, long_run),
                  range(cut + short_run, len(flat) + 1, short_run) if quota else ())
     return map(flat.__getitem__, map(slice, starts, ends))
+
+
+def _in_shard_order(topics: list[str], count: int, members: int) -> bool:
+    """Whether `_run_tuples` of this layout are each in shard order (``(topic, partition)``): one
+    topic, or at most one partition per member (the same partition of every topic, topics in name
+    order). Otherwise a run goes partition-major across the topics (``a:0 b:0 a:1 b:1``)."""
+    return len(topics) == 1 or count <= members
 
 
 def _run_tuples(metadata: TopicMetadata, topics: list[str], count: int,
