@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from itertools import chain, compress, filterfalse, islice
 from operator import attrgetter, contains, itemgetter, not_
+from typing import cast
 
 from regroup.protocol.assignors.base import Assignment, GroupSpec
 from regroup.protocol.assignors.uniform import (
@@ -141,17 +142,44 @@ class RangeAssignor:
         if not any(currents):  # nothing to compare with: build every set in C
             out.update(zip(mids, map(make, runs), strict=True))
             return
-        # A member whose first shard is not in its current set has changed (the usual case when a
-        # boundary moves): found, and its set built, in C. The others are compared one by one.
-        maybe = list(map(contains, currents, map(_first, runs)))
+        if make is ShardRun:
+            # Every new set is a run: build them all in C, then hand back the current object of a
+            # member whose run did not change. A current run compares with its new one as a tuple
+            # (both in shard order), in C; other current sets (frozensets: a member's range before
+            # it became a run) as below.
+            new = list(map(ShardRun, runs))
+            out.update(zip(mids, new, strict=True))
+            is_run = [type(c) is ShardRun for c in currents]
+            unchanged = list(map(_tuple_eq, compress(currents, is_run), compress(new, is_run)))
+            out.update(zip(compress(compress(mids, is_run), unchanged),
+                           compress(compress(currents, is_run), unchanged), strict=True))
+            is_set = list(map(not_, is_run))
+            _keep_equal_sets(list(compress(mids, is_set)), list(compress(currents, is_set)),
+                             list(compress(runs, is_set)), out)
+            return
         out.update(dict.fromkeys(mids, EMPTY))  # the members' places, in order; values follow
+        _keep_equal_sets(mids, currents, runs, out, make)
+
+
+def _keep_equal_sets(mids: list[str], currents: list[ShardSet], runs: Sequence[Sequence[Shard]],
+                     out: Assignment, make: Callable[[Sequence[Shard]], ShardSet] | None = None) -> None:
+    """``out[mid]`` = the member's ``current`` where it holds exactly its run; the others get
+    ``make(run)``, or keep what ``out`` already has when ``make`` is None.
+
+    A member whose first shard is not in its current set has changed (the usual case when a
+    boundary moves): found, and its set built, in C. The others are compared one by one."""
+    maybe = list(map(contains, currents, map(_first, runs)))
+    if make is not None:
         changed = list(map(not_, maybe))
         out.update(zip(compress(mids, changed), map(make, compress(runs, changed)), strict=True))
-        for mid, cur, shards in compress(zip(mids, currents, runs, strict=True), maybe):
-            out[mid] = cur if len(cur) == len(shards) and cur.issuperset(shards) else make(shards)
-
+    for mid, cur, shards in compress(zip(mids, currents, runs, strict=True), maybe):
+        if len(cur) == len(shards) and cur.issuperset(shards):
+            out[mid] = cur
+        elif make is not None:
+            out[mid] = make(shards)
 
 _current_of = attrgetter("current")
+_tuple_eq = cast("Callable[[ShardSet, ShardSet], bool]", tuple.__eq__)  # two runs, as tuples
 _first = itemgetter(0)
 _instance_of = attrgetter("instance_id")
 
