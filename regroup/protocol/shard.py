@@ -273,14 +273,20 @@ def _as_set(other: object) -> frozenset[Any] | set[Any]:
                     "use the named methods (union, difference, ...) for other iterables")
 
 
+# A run's positions are the tuple's own (`ShardRun` keeps tuple indexing): read in C. (To the type
+# checker a run is a frozenset, which has no positions.)
+_last = cast("Callable[[ShardRun], Shard]", itemgetter(-1))
+_all_but_last = cast("Callable[[ShardRun], tuple[Shard, ...]]", itemgetter(slice(0, -1)))
+
+
 def run_end(run: ShardRun) -> Shard:
     """The last (largest) shard of a non-empty run, without a pass over it."""
-    return cast(Shard, _tuple_getitem(run, -1))
+    return _last(run)
 
 
 def run_without_end(run: ShardRun) -> ShardSet:
     """The run without its last shard (still a run; ``EMPTY`` when that was the only one)."""
-    rest = _tuple_getitem(run, slice(0, -1))
+    rest = _all_but_last(run)
     return ShardRun(rest) if rest else EMPTY
 
 
@@ -292,12 +298,6 @@ def run_ends(runs: list[ShardRun]) -> list[Shard]:
 def runs_without_ends(runs: list[ShardRun]) -> Iterator[ShardSet]:
     """`run_without_end` of each of ``runs`` (each at least two shards long: each stays a run)."""
     return map(ShardRun, map(_all_but_last, runs))
-
-
-# A run's positions are the tuple's own (`ShardRun` keeps tuple indexing): read in C. (To the type
-# checker a run is a frozenset, which has no positions.)
-_last = cast("Callable[[ShardRun], Shard]", itemgetter(-1))
-_all_but_last = cast("Callable[[ShardRun], tuple[Shard, ...]]", itemgetter(slice(0, -1)))
 
 
 def shards_of(topic: str, partitions: int) -> tuple[Shard, ...]:

@@ -472,8 +472,8 @@ def _rebalance(mids: list[str], kept: list[ShardSet], pool: list[Shard], total: 
         sizes = list(map(len, kept))
     over: list[int] = []
     under: list[int] = []
-    values = set(sizes)
-    if members is None and len(values) <= 8:
+    values = set(sizes) if members is None else None  # None: only members off quota were passed
+    if values is not None and len(values) <= 8:
         # Few distinct sizes (the usual case: q, q + 1 and a joiner's 0): counting and scanning in
         # C beats a Python pass over every member.
         for v in sorted(values):
